@@ -1,0 +1,319 @@
+package events
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"unicode/utf8"
+)
+
+// MaxTextBytes bounds every string field of a fact.
+const MaxTextBytes = 64 << 10
+
+// spec is what the strict decoder knows of one struct type: its fields in
+// declaration order and the rules their tags declare. Specs are built once
+// per type and shared.
+type spec struct {
+	fields []fieldSpec
+	byName map[string]int
+}
+
+type fieldSpec struct {
+	name       string
+	index      int
+	typ        reflect.Type
+	optional   bool
+	id         bool
+	signed     bool
+	allowEmpty bool
+	hasMax     bool
+	max        float64
+	enum       []string
+}
+
+var specs sync.Map // reflect.Type -> *spec
+
+func specOf(t reflect.Type) *spec {
+	if s, ok := specs.Load(t); ok {
+		return s.(*spec)
+	}
+	s := &spec{byName: map[string]int{}}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" || name == "-" {
+			continue
+		}
+		fs := fieldSpec{name: name, index: i, typ: f.Type, optional: f.Type.Kind() == reflect.Pointer}
+		for opt := range strings.SplitSeq(f.Tag.Get("rl"), ",") {
+			key, val, _ := strings.Cut(opt, "=")
+			switch key {
+			case "optional":
+				fs.optional = true
+			case "id":
+				fs.id = true
+			case "signed":
+				fs.signed = true
+			case "empty":
+				fs.allowEmpty = true
+			case "max":
+				m, err := strconv.ParseFloat(val, 64)
+				if err != nil {
+					panic(fmt.Sprintf("events: bad max tag on %s.%s", t.Name(), f.Name))
+				}
+				fs.hasMax, fs.max = true, m
+			case "enum":
+				fs.enum = strings.Split(val, "|")
+			case "":
+			default:
+				panic(fmt.Sprintf("events: unknown rl tag %q on %s.%s", key, t.Name(), f.Name))
+			}
+		}
+		s.byName[name] = len(s.fields)
+		s.fields = append(s.fields, fs)
+	}
+	actual, _ := specs.LoadOrStore(t, s)
+	return actual.(*spec)
+}
+
+var rawMessageType = reflect.TypeFor[json.RawMessage]()
+
+// decodeStrict fills the struct v points to from the JSON object raw,
+// refusing unknown, missing, null and mistyped fields, and checking the tag
+// rules. path prefixes field names in errors.
+func decodeStrict(raw []byte, v any, path string) *FieldError {
+	rv := reflect.ValueOf(v).Elem()
+	return decodeObject(raw, rv, path)
+}
+
+func decodeObject(raw []byte, rv reflect.Value, path string) *FieldError {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
+		return fieldErr(path, ErrWrongType, "want an object, got %s", jsonKind(raw))
+	}
+	s := specOf(rv.Type())
+	// Unknown fields first, in sorted order so the error is deterministic.
+	var unknown []string
+	for k := range obj {
+		if _, ok := s.byName[k]; !ok {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) > 0 {
+		slices.Sort(unknown)
+		return fieldErr(join(path, unknown[0]), ErrUnknownField, "%q is not a field of %s", unknown[0], describe(path))
+	}
+	for i := range s.fields {
+		fs := &s.fields[i]
+		fpath := join(path, fs.name)
+		val, ok := obj[fs.name]
+		if !ok {
+			if fs.optional {
+				continue
+			}
+			return fieldErr(fpath, ErrMissingField, "required")
+		}
+		if bytes.Equal(bytes.TrimSpace(val), []byte("null")) {
+			return fieldErr(fpath, ErrWrongType, "null is not allowed")
+		}
+		if fe := decodeValue(val, rv.Field(fs.index), fs, fpath); fe != nil {
+			return fe
+		}
+	}
+	return nil
+}
+
+func decodeValue(raw []byte, fv reflect.Value, fs *fieldSpec, path string) *FieldError {
+	t := fv.Type()
+	switch {
+	case t == rawMessageType:
+		fv.SetBytes(bytes.TrimSpace(raw))
+		return nil
+	case t.Kind() == reflect.Struct:
+		return decodeObject(raw, fv, path)
+	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct:
+		var items []json.RawMessage
+		if err := json.Unmarshal(raw, &items); err != nil {
+			return fieldErr(path, ErrWrongType, "want an array of objects, got %s", jsonKind(raw))
+		}
+		out := reflect.MakeSlice(t, len(items), len(items))
+		for i, item := range items {
+			if fe := decodeObject(item, out.Index(i), fmt.Sprintf("%s[%d]", path, i)); fe != nil {
+				return fe
+			}
+		}
+		fv.Set(out)
+		return nil
+	}
+	if err := json.Unmarshal(raw, fv.Addr().Interface()); err != nil {
+		return fieldErr(path, ErrWrongType, "want %s, got %s", want(t), jsonKind(raw))
+	}
+	return checkValue(fv, fs, path)
+}
+
+// checkValue applies a field's tag rules to its decoded value.
+func checkValue(v reflect.Value, fs *fieldSpec, path string) *FieldError {
+	switch v.Kind() {
+	case reflect.Pointer:
+		return checkValue(v.Elem(), fs, path)
+	case reflect.Slice:
+		for i := 0; i < v.Len(); i++ {
+			if fe := checkValue(v.Index(i), fs, fmt.Sprintf("%s[%d]", path, i)); fe != nil {
+				return fe
+			}
+		}
+	case reflect.Map:
+		keys := v.MapKeys()
+		slices.SortFunc(keys, func(a, b reflect.Value) int { return strings.Compare(a.String(), b.String()) })
+		for _, k := range keys {
+			if fe := checkString(k.String(), &fieldSpec{}, path+" key"); fe != nil {
+				return fe
+			}
+			if fe := checkValue(v.MapIndex(k), fs, path+"."+k.String()); fe != nil {
+				return fe
+			}
+		}
+	case reflect.String:
+		return checkString(v.String(), fs, path)
+	case reflect.Int, reflect.Int32, reflect.Int64:
+		return checkNumber(float64(v.Int()), fs, path)
+	case reflect.Float32, reflect.Float64:
+		f := v.Float()
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			return fieldErr(path, ErrInvalidValue, "not a finite number")
+		}
+		return checkNumber(f, fs, path)
+	}
+	return nil
+}
+
+func checkNumber(f float64, fs *fieldSpec, path string) *FieldError {
+	if !fs.signed && f < 0 {
+		return fieldErr(path, ErrInvalidValue, "must not be negative, got %v", f)
+	}
+	if fs.hasMax && f > fs.max {
+		return fieldErr(path, ErrInvalidValue, "must be at most %v, got %v", fs.max, f)
+	}
+	return nil
+}
+
+func checkString(s string, fs *fieldSpec, path string) *FieldError {
+	switch {
+	case len(s) > MaxTextBytes:
+		return fieldErr(path, ErrInvalidValue, "%d bytes, more than %d", len(s), MaxTextBytes)
+	case !utf8.ValidString(s):
+		return fieldErr(path, ErrInvalidValue, "not valid UTF-8")
+	case strings.IndexByte(s, 0) >= 0:
+		return fieldErr(path, ErrInvalidValue, "contains a NUL character")
+	case s == "" && !fs.allowEmpty && !fs.optional:
+		return fieldErr(path, ErrInvalidValue, "must not be empty")
+	case fs.id && !ValidEntityID(s):
+		return fieldErr(path, ErrInvalidValue, "%q is not an id ([A-Za-z0-9._:/-]{1,200})", clip(s))
+	case fs.enum != nil && !slices.Contains(fs.enum, s):
+		return fieldErr(path, ErrInvalidValue, "%q is not one of %s", clip(s), strings.Join(fs.enum, ", "))
+	}
+	return nil
+}
+
+// ValidEntityID reports whether s may name a task, group, attempt, engine,
+// vm or source: [A-Za-z0-9._:/-]{1,200}.
+func ValidEntityID(s string) bool {
+	if len(s) == 0 || len(s) > 200 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !isWordByte(c) && c != ':' && c != '/' {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidRunID reports whether s may name a run: [A-Za-z0-9._-]{1,128}, and
+// not "." or "..", which would read as paths wherever a run names a file.
+func ValidRunID(s string) bool {
+	if len(s) == 0 || len(s) > 128 || s == "." || s == ".." {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !isWordByte(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func isWordByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
+}
+
+func join(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
+
+func describe(path string) string {
+	if path == "" {
+		return "the envelope"
+	}
+	return path
+}
+
+// jsonKind names the JSON kind of raw for error messages.
+func jsonKind(raw []byte) string {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return "nothing"
+	}
+	switch raw[0] {
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	default:
+		return "the number " + clip(string(raw))
+	}
+}
+
+func want(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Pointer:
+		return want(t.Elem())
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int64:
+		return "an integer"
+	case reflect.Int32:
+		return "a 32-bit integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice:
+		return "an array of " + strings.TrimPrefix(strings.TrimPrefix(want(t.Elem()), "a "), "an ") + "s"
+	case reflect.Map:
+		return "an object of " + strings.TrimPrefix(want(t.Elem()), "a ") + "s"
+	}
+	return t.String()
+}
+
+func clip(s string) string {
+	if len(s) <= 64 {
+		return s
+	}
+	return s[:61] + "..."
+}
