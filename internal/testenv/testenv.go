@@ -1,0 +1,108 @@
+// Package testenv finds the servers integration tests run against. Tests
+// find Kafka and Postgres through KAFKA_BROKERS and DATABASE_URL, defaulting
+// to loopback; when CI=true a missing server fails the test instead of
+// skipping it, so a broken CI setup can never pass silently.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rolloutledger/rolloutledger/services/embedded"
+	"github.com/rolloutledger/rolloutledger/services/kafkalog"
+)
+
+// InCI reports whether the tests run in CI, where every server must exist.
+func InCI() bool { return os.Getenv("CI") == "true" }
+
+// Unavailable skips the test, or fails it in CI, because a server it needs
+// is missing.
+func Unavailable(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if InCI() {
+		t.Fatalf("CI=true and a required server is missing: "+format, args...)
+	}
+	t.Skipf("skipping: "+format+" (start the servers with scripts/services.sh)", args...)
+}
+
+// UniquePrefix returns a topic prefix no other test uses, so tests sharing
+// a broker never see each other's records.
+func UniquePrefix(t testing.TB) string {
+	t.Helper()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	name := strings.NewReplacer("/", "-", " ", "_").Replace(t.Name())
+	if len(name) > 40 {
+		name = name[:40]
+	}
+	return "t-" + name + "-" + hex.EncodeToString(b[:])
+}
+
+// RealKafka returns the configuration of the real Kafka cluster at
+// $KAFKA_BROKERS (default 127.0.0.1:9092) with a fresh topic prefix, or
+// skips (fails in CI) when no broker answers.
+func RealKafka(t testing.TB) kafkalog.Config {
+	t.Helper()
+	brokers := os.Getenv("KAFKA_BROKERS")
+	if brokers == "" {
+		brokers = "127.0.0.1:9092"
+	}
+	list := strings.Split(brokers, ",")
+	conn, err := net.DialTimeout("tcp", list[0], 2*time.Second)
+	if err != nil {
+		Unavailable(t, "no Kafka broker at %s: %v", brokers, err)
+	}
+	conn.Close()
+	return kafkalog.Config{Brokers: list, TopicPrefix: UniquePrefix(t), Partitions: 4}
+}
+
+// EmbeddedKafka starts an embedded broker for the test, persisting under
+// dir when dir is not empty, and stops it when the test ends.
+func EmbeddedKafka(t testing.TB, dir string) (kafkalog.Config, *embedded.Broker) {
+	t.Helper()
+	b, err := embedded.Start(embedded.Options{Addr: "127.0.0.1:0", DataDir: dir, Partitions: 4})
+	if err != nil {
+		t.Fatalf("start embedded broker: %v", err)
+	}
+	t.Cleanup(b.Close)
+	return kafkalog.Config{Brokers: []string{b.Addr()}, TopicPrefix: UniquePrefix(t), Partitions: 4}, b
+}
+
+// Backend is one Kafka implementation a shared suite runs against.
+type Backend struct {
+	Name  string
+	Kafka func(t testing.TB) kafkalog.Config
+}
+
+// KafkaBackends lists the embedded broker and the real one: every test of
+// the Kafka path runs against both.
+func KafkaBackends() []Backend {
+	return []Backend{
+		{Name: "embedded", Kafka: func(t testing.TB) kafkalog.Config {
+			c, _ := EmbeddedKafka(t, "")
+			return c
+		}},
+		{Name: "kafka", Kafka: RealKafka},
+	}
+}
+
+// CheckFor polls cond every 20 ms until it returns true or the deadline
+// passes, then fails the test with what.
+func CheckFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("after %v: %s", d, what)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,180 @@
+// Package ingest is the HTTP front door of the ledger: POST /v1/events
+// validates a request's events all-or-nothing, appends them to the facts
+// topic, and answers only once Kafka acknowledged every one.
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/services/httpx"
+	"github.com/rolloutledger/rolloutledger/services/kafkalog"
+	"github.com/segmentio/kafka-go"
+)
+
+// Appender appends records durably and reports where they landed.
+// [*kafkalog.Writer] is the production implementation.
+type Appender interface {
+	Append(ctx context.Context, recs []kafkalog.Record) ([]kafkalog.Position, error)
+}
+
+// DefaultMaxBodyBytes bounds a request body unless configured.
+const DefaultMaxBodyBytes = 64 << 20
+
+// Service handles the ingest endpoints.
+type Service struct {
+	// Appender receives the canonical records of accepted requests.
+	Appender Appender
+	// Logger receives one line per refused or failed request; nil discards.
+	Logger *slog.Logger
+	// MaxBodyBytes bounds a request body; 0 means DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// AppendTimeout bounds the wait for Kafka's acknowledgment; 0 means
+	// 30 s. The append is detached from the client's connection, so a client
+	// that goes away does not abandon a half-written request.
+	AppendTimeout time.Duration
+}
+
+// Response is the body of a 200 answer: each event's position, in request
+// order.
+type Response struct {
+	Events []Appended `json:"events"`
+}
+
+// Appended is one acknowledged event.
+type Appended struct {
+	ID        string `json:"id"`
+	Partition int32  `json:"partition"`
+	Offset    int64  `json:"offset"`
+}
+
+// Register adds the service's routes to mux.
+func (s *Service) Register(mux *http.ServeMux) {
+	mux.HandleFunc("POST /v1/events", s.postEvents)
+}
+
+func (s *Service) log() *slog.Logger {
+	if s.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return s.Logger
+}
+
+func (s *Service) postEvents(w http.ResponseWriter, r *http.Request) {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			httpx.WriteError(w, http.StatusUnsupportedMediaType, "unsupported_media_type", fmt.Sprintf("content type %q is not application/json", ct))
+			return
+		}
+	}
+	limit := s.MaxBodyBytes
+	if limit <= 0 {
+		limit = DefaultMaxBodyBytes
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			httpx.WriteError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body over %d bytes", limit))
+			return
+		}
+		httpx.WriteError(w, http.StatusBadRequest, "unreadable_body", "reading the request body: "+err.Error())
+		return
+	}
+	evs, err := events.DecodeBatch(body)
+	var recs []kafkalog.Record
+	if err == nil {
+		recs, err = records(evs, r.Header.Get("traceparent"))
+	}
+	if err != nil {
+		s.refuse(w, r, err)
+		return
+	}
+	timeout := s.AppendTimeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), timeout)
+	defer cancel()
+	pos, err := s.Appender.Append(ctx, recs)
+	if err != nil {
+		s.log().Warn("append failed", "events", len(evs), "run", evs[0].Run, "err", err)
+		httpx.WriteError(w, http.StatusServiceUnavailable, "not_acknowledged",
+			"Kafka did not acknowledge every event; some may have been appended, and retrying this request with the same ids is safe: "+err.Error())
+		return
+	}
+	resp := Response{Events: make([]Appended, len(evs))}
+	for i, ev := range evs {
+		resp.Events[i] = Appended{ID: ev.ID, Partition: pos[i].Partition, Offset: pos[i].Offset}
+	}
+	httpx.WriteJSON(w, http.StatusOK, resp)
+}
+
+// refuse answers a request whose events were not accepted: 413 when an event
+// is too large, 400 otherwise, naming the event and field.
+func (s *Service) refuse(w http.ResponseWriter, r *http.Request, err error) {
+	status, detail := http.StatusBadRequest, httpx.ErrorDetail{Code: "invalid", Message: err.Error()}
+	if fe, ok := events.AsFieldError(err); ok {
+		detail.Code = fe.Code()
+		detail.Field = fe.Field
+		if !errors.Is(fe, events.ErrMalformed) && !errors.Is(fe, events.ErrEmpty) {
+			idx := fe.Index
+			detail.Index = &idx
+		}
+		if errors.Is(fe, events.ErrTooLarge) {
+			status = http.StatusRequestEntityTooLarge
+		}
+	}
+	s.log().Info("request refused", "remote", r.RemoteAddr, "code", detail.Code, "field", detail.Field, "err", err)
+	httpx.WriteJSON(w, status, httpx.ErrorBody{Error: detail})
+}
+
+// records turns accepted events into Kafka records: canonical value, run as
+// key, and the type, version and trace context as headers.
+func records(evs []events.Event, traceparent string) ([]kafkalog.Record, error) {
+	values, err := events.EncodeBatch(evs)
+	if err != nil {
+		return nil, err
+	}
+	if !validTraceparent(traceparent) {
+		traceparent = ""
+	}
+	recs := make([]kafkalog.Record, len(evs))
+	for i, ev := range evs {
+		h := []kafka.Header{
+			{Key: "type", Value: []byte(ev.Type)},
+			{Key: "v", Value: []byte(strconv.Itoa(ev.V))},
+		}
+		if traceparent != "" {
+			h = append(h, kafka.Header{Key: "traceparent", Value: []byte(traceparent)})
+		}
+		recs[i] = kafkalog.Record{Key: []byte(ev.Run), Value: values[i], Headers: h}
+	}
+	return recs, nil
+}
+
+// validTraceparent accepts only the W3C form version-traceid-spanid-flags
+// in lowercase hex, so nothing else a client sends is copied into the log.
+func validTraceparent(s string) bool {
+	if len(s) != 55 || s[2] != '-' || s[35] != '-' || s[52] != '-' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if i == 2 || i == 35 || i == 52 {
+			continue
+		}
+		c := s[i]
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,147 @@
+package kafkalog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/compress"
+)
+
+// Record is one Kafka record to append.
+type Record struct {
+	Key     []byte
+	Value   []byte
+	Headers []kafka.Header
+}
+
+// Position is where Kafka stored a record.
+type Position struct {
+	Partition int32 `json:"partition"`
+	Offset    int64 `json:"offset"`
+}
+
+// ErrNotAcknowledged wraps every failure of [Writer.Append]: Kafka did not
+// acknowledge all records. Some may nonetheless have been appended; appending
+// the same records again is the way to recover, and is safe for facts.
+var ErrNotAcknowledged = errors.New("kafkalog: not acknowledged")
+
+// WriterOptions tune a [Writer]; the zero value is right for ingest.
+type WriterOptions struct {
+	// BatchTimeout bounds how long a record waits for its batch; default
+	// 2 ms.
+	BatchTimeout time.Duration
+	// WriteTimeout bounds one produce request; default 10 s.
+	WriteTimeout time.Duration
+	// MaxAttempts is how often a batch is tried before the Append fails;
+	// default 5.
+	MaxAttempts int
+	// Logger receives kafka-go's error log; nil discards it.
+	Logger *slog.Logger
+}
+
+// Writer appends records to one topic with acks=all. It is safe for
+// concurrent use. Use one Writer per ordered stream of records (a topic).
+type Writer struct {
+	w *kafka.Writer
+}
+
+// NewWriter returns a Writer to topic configured as the package documentation
+// describes.
+func NewWriter(c Config, topic string, o WriterOptions) *Writer {
+	if o.BatchTimeout == 0 {
+		o.BatchTimeout = 2 * time.Millisecond
+	}
+	if o.WriteTimeout == 0 {
+		o.WriteTimeout = 10 * time.Second
+	}
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = 5
+	}
+	w := &kafka.Writer{
+		Addr:                   kafka.TCP(c.Brokers...),
+		Topic:                  topic,
+		Balancer:               &kafka.Murmur2Balancer{Consistent: true},
+		RequiredAcks:           kafka.RequireAll,
+		BatchTimeout:           o.BatchTimeout,
+		BatchSize:              4096,
+		BatchBytes:             MaxMessageBytes / 2,
+		WriteTimeout:           o.WriteTimeout,
+		ReadTimeout:            o.WriteTimeout,
+		MaxAttempts:            o.MaxAttempts,
+		WriteBackoffMin:        50 * time.Millisecond,
+		WriteBackoffMax:        time.Second,
+		Compression:            compress.Lz4,
+		AllowAutoTopicCreation: false,
+		Completion:             recordPositions,
+	}
+	if c.Transport != nil {
+		w.Transport = c.Transport
+	}
+	if o.Logger != nil {
+		log := o.Logger.With("component", "kafka-writer", "topic", topic)
+		w.ErrorLogger = kafka.LoggerFunc(func(format string, args ...any) {
+			log.Warn(fmt.Sprintf(format, args...))
+		})
+	}
+	return &Writer{w: w}
+}
+
+// recordPositions copies the position Kafka gave each record of a written
+// batch back to the slot its Append is waiting on. kafka-go calls it before
+// it releases the batch's waiters, so the slots are filled when
+// WriteMessages returns.
+func recordPositions(msgs []kafka.Message, err error) {
+	if err != nil {
+		return
+	}
+	for i := range msgs {
+		if slot, ok := msgs[i].WriterData.(*Position); ok {
+			*slot = Position{Partition: int32(msgs[i].Partition), Offset: msgs[i].Offset}
+		}
+	}
+}
+
+// Append writes recs and returns each record's position once Kafka
+// acknowledged all of them. On error, nothing is known of which records were
+// appended; the error wraps [ErrNotAcknowledged].
+func (w *Writer) Append(ctx context.Context, recs []Record) ([]Position, error) {
+	if len(recs) == 0 {
+		return nil, nil
+	}
+	pos := make([]Position, len(recs))
+	msgs := make([]kafka.Message, len(recs))
+	for i, r := range recs {
+		pos[i] = Position{Partition: -1, Offset: -1}
+		msgs[i] = kafka.Message{Key: r.Key, Value: r.Value, Headers: r.Headers, WriterData: &pos[i]}
+	}
+	if err := w.w.WriteMessages(ctx, msgs...); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNotAcknowledged, firstError(err))
+	}
+	for i, p := range pos {
+		if p.Offset < 0 {
+			return nil, fmt.Errorf("%w: no position reported for record %d", ErrNotAcknowledged, i)
+		}
+	}
+	return pos, nil
+}
+
+// Close flushes and releases the writer.
+func (w *Writer) Close() error { return w.w.Close() }
+
+// firstError unpacks kafka-go's per-message WriteErrors to its first error,
+// which is what a reader of the log needs.
+func firstError(err error) error {
+	var we kafka.WriteErrors
+	if errors.As(err, &we) {
+		for _, e := range we {
+			if e != nil {
+				return e
+			}
+		}
+	}
+	return err
+}

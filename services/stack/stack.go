@@ -1,0 +1,163 @@
+// Package stack assembles the ledger's services into one running process:
+// the HTTP server, the Kafka writer, and (as they are built) the projector,
+// the Postgres sink and the query API. `rolloutledger dev`, `serve` and
+// `demo` all run a Stack; tests run it too.
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/rolloutledger/rolloutledger/services/httpx"
+	"github.com/rolloutledger/rolloutledger/services/ingest"
+	"github.com/rolloutledger/rolloutledger/services/kafkalog"
+)
+
+// Service names accepted by Options.Only.
+const (
+	ServiceIngest    = "ingest"
+	ServiceProjector = "projector"
+	ServicePgsink    = "pgsink"
+	ServiceAPI       = "api"
+)
+
+// Available lists the services this build can run.
+var Available = []string{ServiceIngest}
+
+// Planned lists services the contract names that this build does not run yet.
+var Planned = []string{ServiceProjector, ServicePgsink, ServiceAPI}
+
+// Options configure a Stack.
+type Options struct {
+	// Addr is the HTTP listen address, e.g. 127.0.0.1:7070; port 0 picks one.
+	Addr string
+	// Kafka locates the brokers and names the topics.
+	Kafka kafkalog.Config
+	// Only restricts the services run; empty means every available one.
+	Only []string
+	// Logger is the stack's logger; nil discards.
+	Logger *slog.Logger
+}
+
+// Validate reports every problem at once.
+func (o Options) Validate() error {
+	var errs []error
+	if o.Addr == "" {
+		errs = append(errs, errors.New("stack: no HTTP address"))
+	}
+	if err := o.Kafka.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	for _, s := range o.Only {
+		switch {
+		case slices.Contains(Available, s):
+		case slices.Contains(Planned, s):
+			errs = append(errs, fmt.Errorf("stack: service %q is not available in this build yet", s))
+		default:
+			errs = append(errs, fmt.Errorf("stack: unknown service %q (want one of %s)", s, strings.Join(append(slices.Clone(Available), Planned...), ", ")))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Stack is a running set of services.
+type Stack struct {
+	opts   Options
+	log    *slog.Logger
+	writer *kafkalog.Writer
+	srv    *http.Server
+	ln     net.Listener
+	served chan error
+	parts  map[string]int
+}
+
+// Start bootstraps the topics, starts the services and begins serving HTTP.
+func Start(ctx context.Context, o Options) (*Stack, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	if len(o.Only) == 0 {
+		o.Only = Available
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	parts, err := kafkalog.EnsureTopics(ctx, o.Kafka)
+	if err != nil {
+		return nil, err
+	}
+	s := &Stack{opts: o, log: log, served: make(chan error, 1), parts: parts}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", s.healthz)
+	if slices.Contains(o.Only, ServiceIngest) {
+		s.writer = kafkalog.NewWriter(o.Kafka, o.Kafka.FactsTopic(), kafkalog.WriterOptions{Logger: log})
+		(&ingest.Service{Appender: s.writer, Logger: log}).Register(mux)
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		httpx.WriteError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
+	})
+	ln, err := net.Listen("tcp", o.Addr)
+	if err != nil {
+		s.closeWriter()
+		return nil, fmt.Errorf("stack: listen on %s: %w", o.Addr, err)
+	}
+	s.ln = ln
+	s.srv = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       2 * time.Minute,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	go func() { s.served <- s.srv.Serve(ln) }()
+	log.Info("serving", "addr", s.Addr(), "services", strings.Join(o.Only, ","), "brokers", strings.Join(o.Kafka.Brokers, ","), "facts_topic", o.Kafka.FactsTopic())
+	return s, nil
+}
+
+// Addr is the HTTP address the stack listens on.
+func (s *Stack) Addr() string { return s.ln.Addr().String() }
+
+// URL is the base URL of the stack's HTTP interface.
+func (s *Stack) URL() string { return "http://" + s.Addr() }
+
+// Partitions reports the partition count of each of the ledger's topics.
+func (s *Stack) Partitions() map[string]int { return s.parts }
+
+// Done is closed with the server's error if it stops serving on its own.
+func (s *Stack) Done() <-chan error { return s.served }
+
+// Shutdown stops accepting requests, lets in-flight ones finish (each waits
+// for its Kafka acknowledgment), then closes the Kafka writer.
+func (s *Stack) Shutdown(ctx context.Context) error {
+	err := s.srv.Shutdown(ctx)
+	if cerr := s.closeWriter(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func (s *Stack) closeWriter() error {
+	if s.writer == nil {
+		return nil
+	}
+	return s.writer.Close()
+}
+
+func (s *Stack) healthz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	if _, err := kafkalog.EndOffsets(ctx, s.opts.Kafka, s.opts.Kafka.FactsTopic()); err != nil {
+		httpx.WriteError(w, http.StatusServiceUnavailable, "kafka_unreachable", err.Error())
+		return
+	}
+	httpx.WriteJSON(w, http.StatusOK, map[string]any{"status": "ok", "services": s.opts.Only})
+}
