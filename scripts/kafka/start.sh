@@ -1,0 +1,243 @@
+#!/usr/bin/env bash
+# Start a single-node Apache Kafka broker (KRaft, combined broker+controller)
+# on loopback, from the jars that scripts/kafka/pom.xml resolves from Maven
+# Central. Idempotent: re-running it while the broker is up is a no-op, and a
+# restart keeps the topics (the data lives in $KAFKA_HOME_DIR/data).
+#
+# Environment (all optional):
+#   KAFKA_HOME_DIR         state dir: libs/, data/, logs/, config  [<repo>/.services/kafka]
+#   KAFKA_PORT             client listener on 127.0.0.1            [9092]
+#   KAFKA_CONTROLLER_PORT  KRaft controller listener on 127.0.0.1  [9093]
+#   KAFKA_START_TIMEOUT    seconds to wait for the broker          [120]
+#   KAFKA_HEAP_OPTS        JVM heap flags                          [-Xms256m -Xmx768m]
+#   JAVA                   java binary (17 or newer)               [java]
+#
+# Progress goes to stderr; nothing is printed on stdout.
+# Needs java 17+ and maven; installs both with apt-get (as root) if missing.
+set -euo pipefail
+
+SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$SCRIPT_DIR/../.." && pwd)
+
+KAFKA_HOME_DIR=${KAFKA_HOME_DIR:-$REPO/.services/kafka}
+KAFKA_PORT=${KAFKA_PORT:-9092}
+KAFKA_CONTROLLER_PORT=${KAFKA_CONTROLLER_PORT:-9093}
+KAFKA_START_TIMEOUT=${KAFKA_START_TIMEOUT:-120}
+KAFKA_HEAP_OPTS=${KAFKA_HEAP_OPTS:--Xms256m -Xmx768m}
+JAVA=${JAVA:-java}
+
+POM=$SCRIPT_DIR/pom.xml
+LOG4J_CONFIG=$SCRIPT_DIR/log4j2.xml
+LIBS=$KAFKA_HOME_DIR/libs
+DATA=$KAFKA_HOME_DIR/data
+LOGS=$KAFKA_HOME_DIR/logs
+CONFIG=$KAFKA_HOME_DIR/server.properties
+TOOLS_CONFIG=$KAFKA_HOME_DIR/tools.properties
+CLUSTER_ID_FILE=$KAFKA_HOME_DIR/cluster.id
+PID_FILE=$KAFKA_HOME_DIR/kafka.pid
+BOOTSTRAP=127.0.0.1:$KAFKA_PORT
+
+log() { echo "kafka: $*" >&2; }
+die() { echo "kafka: ERROR: $*" >&2; exit 1; }
+
+# Lightweight JVM flags for the short-lived admin tools.
+TOOL_JVM_OPTS=(-Xms32m -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -XX:ActiveProcessorCount=2
+  -Dlog4j2.configurationFile="$LOG4J_CONFIG" -Dkafka.logs.dir="$LOGS" -Dkafka.log.file=tools.log)
+
+apt_install() {
+  [ "$(id -u)" = 0 ] || die "$* missing; install it (apt-get install $*) or run this as root"
+  log "installing $* with apt-get"
+  # Serialised with scripts/postgres/start.sh, which may run at the same time.
+  (
+    flock -w 900 9 || die "timed out waiting for the apt lock"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >&2
+    apt-get install -y -qq --no-install-recommends "$@" >&2
+  ) 9>/var/lock/rolloutledger-apt.lock
+}
+
+java_major() {
+  "$JAVA" -XshowSettings:properties -version 2>&1 |
+    sed -n 's/^ *java\.specification\.version = \([0-9][0-9]*\).*/\1/p'
+}
+
+ensure_tools() {
+  local want=()
+  command -v "$JAVA" >/dev/null 2>&1 || want+=(openjdk-17-jre-headless)
+  # Maven is only needed while the jars are not resolved yet.
+  if [ ! -f "$LIBS/.resolved" ] && ! command -v mvn >/dev/null 2>&1; then want+=(maven); fi
+  [ ${#want[@]} -eq 0 ] || apt_install "${want[@]}"
+  local major
+  major=$(java_major)
+  if [ -z "$major" ] || [ "$major" -lt 17 ]; then
+    die "Kafka 4 needs java 17 or newer; '$JAVA' is version '${major:-unknown}' (set JAVA=/path/to/java)"
+  fi
+}
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# A real metadata round trip (ListTopics via the admin client), with short
+# client timeouts so that a broker that is not ready fails fast.
+broker_answers() {
+  "$JAVA" "${TOOL_JVM_OPTS[@]}" -cp "$LIBS/*" org.apache.kafka.tools.TopicCommand \
+    --bootstrap-server "$BOOTSTRAP" --command-config "$TOOLS_CONFIG" --list >/dev/null 2>&1
+}
+
+pid_alive() {
+  local pid
+  [ -f "$PID_FILE" ] || return 1
+  pid=$(cat "$PID_FILE")
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null &&
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q 'kafka\.Kafka'
+}
+
+print_log_tail() {
+  local f
+  for f in "$LOGS/server.log" "$LOGS/stdout.log"; do
+    [ -s "$f" ] || continue
+    echo "----- last 80 lines of $f -----" >&2
+    tail -n 80 "$f" >&2
+  done
+}
+
+resolve_jars() {
+  local stamp
+  stamp=$(sha256sum "$POM" | cut -d' ' -f1)
+  if [ -f "$LIBS/.resolved" ] && [ "$(cat "$LIBS/.resolved")" = "$stamp" ]; then
+    return 0
+  fi
+  log "resolving Kafka jars from Maven Central (scripts/kafka/pom.xml)"
+  local t0=$SECONDS
+  rm -rf "$LIBS.tmp"
+  # (sed: maven 3.8 -q still emits bare colour resets)
+  mvn -B -q -Dstyle.color=never -f "$POM" dependency:copy-dependencies \
+    -DoutputDirectory="$LIBS.tmp" -DincludeScope=runtime 2>&1 | sed 's/\x1b\[[0-9;]*m//g' >&2 ||
+    die "could not resolve the Kafka jars with maven"
+  ls "$LIBS.tmp"/kafka_2.13-*.jar >/dev/null 2>&1 || die "maven did not produce kafka_2.13 in $LIBS.tmp"
+  echo "$stamp" >"$LIBS.tmp/.resolved"
+  rm -rf "$LIBS"
+  mv "$LIBS.tmp" "$LIBS"
+  log "jars resolved in $((SECONDS - t0))s: $(basename "$(ls "$LIBS"/kafka_2.13-*.jar)")"
+}
+
+write_config() {
+  cat >"$CONFIG" <<PROPS
+# Written by scripts/kafka/start.sh on every start; edit the script, not this file.
+process.roles=broker,controller
+node.id=1
+controller.quorum.bootstrap.servers=127.0.0.1:$KAFKA_CONTROLLER_PORT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
+inter.broker.listener.name=PLAINTEXT
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+
+log.dirs=$DATA
+num.partitions=12
+# auto.create.topics.enable stays at its default (true).
+
+# Single node: every internal topic has one replica.
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+
+# Records of up to 1 MiB plus batch/header overhead.
+message.max.bytes=2097152
+replica.fetch.max.bytes=2097152
+
+num.network.threads=2
+num.io.threads=4
+PROPS
+  cat >"$TOOLS_CONFIG" <<PROPS
+# Client settings of the readiness check in scripts/kafka/start.sh.
+request.timeout.ms=5000
+default.api.timeout.ms=8000
+retry.backoff.ms=200
+PROPS
+}
+
+format_storage() {
+  if [ -f "$DATA/meta.properties" ]; then
+    return 0
+  fi
+  if [ ! -s "$CLUSTER_ID_FILE" ]; then
+    "$JAVA" "${TOOL_JVM_OPTS[@]}" -cp "$LIBS/*" kafka.tools.StorageTool random-uuid >"$CLUSTER_ID_FILE.tmp" ||
+      die "kafka.tools.StorageTool random-uuid failed"
+    mv "$CLUSTER_ID_FILE.tmp" "$CLUSTER_ID_FILE"
+  fi
+  local cluster_id
+  cluster_id=$(tr -d '[:space:]' <"$CLUSTER_ID_FILE")
+  log "formatting $DATA (cluster id $cluster_id)"
+  "$JAVA" "${TOOL_JVM_OPTS[@]}" -cp "$LIBS/*" kafka.tools.StorageTool format \
+    --standalone --ignore-formatted --cluster-id "$cluster_id" --config "$CONFIG" >&2 ||
+    die "kafka.tools.StorageTool format failed (see $LOGS/tools.log)"
+}
+
+launch() {
+  # Keep the previous run's log aside, so a failure shows only this run.
+  local f
+  for f in server.log stdout.log; do
+    if [ -f "$LOGS/$f" ]; then mv -f "$LOGS/$f" "$LOGS/$f.prev"; fi
+  done
+  log "starting broker on $BOOTSTRAP (controller 127.0.0.1:$KAFKA_CONTROLLER_PORT), log $LOGS/server.log"
+  # shellcheck disable=SC2086 # KAFKA_HEAP_OPTS is a list of flags
+  nohup "$JAVA" $KAFKA_HEAP_OPTS -server -XX:ActiveProcessorCount=2 \
+    -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 \
+    -Djava.awt.headless=true \
+    -Dlog4j2.configurationFile="$LOG4J_CONFIG" -Dkafka.logs.dir="$LOGS" \
+    -cp "$LIBS/*" kafka.Kafka "$CONFIG" \
+    </dev/null >"$LOGS/stdout.log" 2>&1 &
+  echo $! >"$PID_FILE"
+}
+
+wait_ready() {
+  local deadline=$((SECONDS + KAFKA_START_TIMEOUT)) t0=$SECONDS
+  while [ $SECONDS -lt $deadline ]; do
+    if ! pid_alive; then
+      print_log_tail
+      die "broker process exited during startup"
+    fi
+    # The JVM-based metadata check costs a second or two, so only try it once
+    # the listener accepts connections.
+    if port_open "$KAFKA_PORT" && broker_answers; then
+      log "broker ready on $BOOTSTRAP after $((SECONDS - t0))s (pid $(cat "$PID_FILE"))"
+      return 0
+    fi
+    sleep 0.5
+  done
+  print_log_tail
+  die "broker did not answer on $BOOTSTRAP within ${KAFKA_START_TIMEOUT}s"
+}
+
+main() {
+  mkdir -p "$KAFKA_HOME_DIR" "$LOGS"
+  ensure_tools
+  resolve_jars
+  write_config
+
+  if pid_alive; then
+    log "broker process already running (pid $(cat "$PID_FILE")); waiting for it to answer"
+    wait_ready
+    return 0
+  fi
+  if port_open "$KAFKA_PORT"; then
+    if broker_answers; then
+      log "a Kafka broker is already answering on $BOOTSTRAP; leaving it alone"
+      return 0
+    fi
+    die "127.0.0.1:$KAFKA_PORT is taken by something that does not answer as a Kafka broker"
+  fi
+  if port_open "$KAFKA_CONTROLLER_PORT"; then
+    die "controller port 127.0.0.1:$KAFKA_CONTROLLER_PORT is already in use (set KAFKA_CONTROLLER_PORT)"
+  fi
+
+  rm -f "$PID_FILE"
+  format_storage
+  launch
+  wait_ready
+}
+
+main "$@"
