@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"time"
 	"unicode/utf8"
 
@@ -66,9 +67,8 @@ func DecodeBatch(body []byte) ([]Event, error) {
 	if len(body) == 0 {
 		return nil, &FieldError{Err: ErrEmpty, Detail: "the body is empty"}
 	}
-	if !utf8.Valid(body) {
-		return nil, &FieldError{Err: ErrMalformed, Detail: fmt.Sprintf("invalid UTF-8 at byte %d", invalidUTF8At(body))}
-	}
+	// Invalid UTF-8 is left to decodeOne, which runs per event and so names
+	// the event that holds it.
 	if body[0] != '[' {
 		ev, fe := decodeOne(body)
 		if fe != nil {
@@ -125,6 +125,11 @@ func decodeOne(record []byte) (Event, *FieldError) {
 	if err != nil {
 		return Event{}, fieldErr("at", ErrInvalidValue, "%q is not an RFC 3339 time", clip(env.At))
 	}
+	// The canonical form writes `at` in UTC; an offset that moves it out of
+	// years 0000-9999 would encode to a time RFC 3339 cannot express.
+	if y := at.UTC().Year(); y < 0 || y > 9999 {
+		return Event{}, fieldErr("at", ErrInvalidValue, "%q is outside years 0000-9999 in UTC", clip(env.At))
+	}
 	ev.At = at.UTC()
 	versions, ok := catalogue[env.Type]
 	if !ok {
@@ -143,6 +148,7 @@ func decodeOne(record []byte) (Event, *FieldError) {
 			return Event{}, fe
 		}
 	}
+	dropEmptyOptional(reflect.ValueOf(data).Elem())
 	ev.Data = data
 	return ev, nil
 }

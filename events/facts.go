@@ -1,5 +1,10 @@
 package events
 
+import (
+	"maps"
+	"slices"
+)
+
 // Type names a fact (or decision) type, e.g. "turn.generated".
 type Type string
 
@@ -79,6 +84,13 @@ type GroupStarted struct {
 	Task    string `json:"task" rl:"id"`
 	Size    int    `json:"size"`
 	Purpose string `json:"purpose" rl:"enum=train|probe|eval"`
+}
+
+func (g *GroupStarted) validate() *FieldError {
+	if g.Size < 1 {
+		return fieldErr("data.size", ErrInvalidValue, "a group holds at least 1 attempt, got %d", g.Size)
+	}
+	return nil
 }
 
 // AttemptStarted records that an attempt began in its own microVM.
@@ -244,7 +256,8 @@ func (g *GradientApplied) validate() *FieldError {
 	if g.ToVersion <= g.FromVersion {
 		return fieldErr("data.to_version", ErrInvalidValue, "to_version %d does not follow from_version %d", g.ToVersion, g.FromVersion)
 	}
-	for k := range g.LogprobGap {
+	// Sorted, so that of several bad keys the same one is always named.
+	for _, k := range slices.Sorted(maps.Keys(g.LogprobGap)) {
 		if !isStalenessKey(k) {
 			return fieldErr("data.logprob_gap."+k, ErrInvalidValue, "key %q is not a staleness (a non-negative integer)", k)
 		}

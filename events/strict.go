@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"reflect"
 	"slices"
@@ -119,7 +120,7 @@ func decodeObject(raw []byte, rv reflect.Value, path string) *FieldError {
 			}
 			return fieldErr(fpath, ErrMissingField, "required")
 		}
-		if bytes.Equal(bytes.TrimSpace(val), []byte("null")) {
+		if isNull(val) {
 			return fieldErr(fpath, ErrWrongType, "null is not allowed")
 		}
 		if fe := decodeValue(val, rv.Field(fs.index), fs, fpath); fe != nil {
@@ -151,10 +152,73 @@ func decodeValue(raw []byte, fv reflect.Value, fs *fieldSpec, path string) *Fiel
 		fv.Set(out)
 		return nil
 	}
+	if fe := refuseInnerNull(raw, t, path); fe != nil {
+		return fe
+	}
 	if err := json.Unmarshal(raw, fv.Addr().Interface()); err != nil {
-		return fieldErr(path, ErrWrongType, "want %s, got %s", want(t), jsonKind(raw))
+		got := jsonKind(raw)
+		// An array or object of the right shape holds a value that does not
+		// fit (2147483648 for an int32, say): name that value.
+		ute, ok := err.(*json.UnmarshalTypeError)
+		if ok && (t.Kind() == reflect.Slice && got == "an array" || t.Kind() == reflect.Map && got == "an object") {
+			got += " holding a " + ute.Value
+		}
+		return fieldErr(path, ErrWrongType, "want %s, got %s", want(t), got)
 	}
 	return checkValue(fv, fs, path)
+}
+
+// refuseInnerNull refuses a null inside an array or object of scalars, which
+// encoding/json would read as a zero.
+func refuseInnerNull(raw []byte, t reflect.Type, path string) *FieldError {
+	if !bytes.Contains(raw, []byte("null")) {
+		return nil
+	}
+	switch t.Kind() {
+	case reflect.Slice:
+		var items []json.RawMessage
+		if json.Unmarshal(raw, &items) != nil {
+			return nil // not an array: the typed decode reports it
+		}
+		for i, item := range items {
+			if isNull(item) {
+				return fieldErr(fmt.Sprintf("%s[%d]", path, i), ErrWrongType, "null is not allowed")
+			}
+		}
+	case reflect.Map:
+		var m map[string]json.RawMessage
+		if json.Unmarshal(raw, &m) != nil {
+			return nil
+		}
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			if isNull(m[k]) {
+				return fieldErr(path+"."+k, ErrWrongType, "null is not allowed")
+			}
+		}
+	}
+	return nil
+}
+
+func isNull(raw []byte) bool {
+	return bytes.Equal(bytes.TrimSpace(raw), []byte("null"))
+}
+
+// dropEmptyOptional sets the optional arrays and maps of the struct rv that
+// were given empty to nil. The canonical form omits them, so an event decodes
+// to the same value as its canonical encoding does. It runs after the
+// cross-field checks, which still see what the producer sent.
+func dropEmptyOptional(rv reflect.Value) {
+	for _, fs := range specOf(rv.Type()).fields {
+		fv := rv.Field(fs.index)
+		switch fv.Kind() {
+		case reflect.Slice, reflect.Map:
+			if fs.optional && fv.Len() == 0 && fv.Type() != rawMessageType {
+				fv.SetZero()
+			}
+		case reflect.Struct:
+			dropEmptyOptional(fv)
+		}
+	}
 }
 
 // checkValue applies a field's tag rules to its decoded value.
@@ -172,7 +236,8 @@ func checkValue(v reflect.Value, fs *fieldSpec, path string) *FieldError {
 		keys := v.MapKeys()
 		slices.SortFunc(keys, func(a, b reflect.Value) int { return strings.Compare(a.String(), b.String()) })
 		for _, k := range keys {
-			if fe := checkString(k.String(), &fieldSpec{}, path+" key"); fe != nil {
+			if fe := checkString(k.String(), &fieldSpec{}, path); fe != nil {
+				fe.Detail = "key: " + fe.Detail
 				return fe
 			}
 			if fe := checkValue(v.MapIndex(k), fs, path+"."+k.String()); fe != nil {

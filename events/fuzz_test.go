@@ -1,0 +1,163 @@
+package events_test
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"slices"
+	"testing"
+
+	"github.com/rolloutledger/rolloutledger/events"
+)
+
+// fuzzSeeds are the valid examples, the bad inputs small enough to mutate,
+// and a few arrays of them.
+func fuzzSeeds() [][]byte {
+	var seeds [][]byte
+	var valid []string
+	for _, ex := range examples {
+		valid = append(valid, ex.body())
+		seeds = append(seeds, []byte(ex.body()))
+	}
+	for _, bad := range badInputs() {
+		if !bad.large && len(bad.body) < 4096 {
+			seeds = append(seeds, []byte(bad.body))
+		}
+	}
+	seeds = append(seeds,
+		[]byte(array(valid...)),
+		[]byte(array(valid[0], valid[7], valid[len(valid)-1])),
+		[]byte(" \n"+array(valid[1])+"\n"),
+		// Empty optional arrays, which the canonical form leaves out.
+		[]byte(turn(turnBare.set("completion_tokens", "0").set("observation_token_ids", "[]").set("token_ids", "[]").set("logprobs", "[]"))),
+	)
+	return seeds
+}
+
+// knownCodes are the wire codes a refusal may carry.
+var knownCodes = func() map[string]bool {
+	m := map[string]bool{}
+	for _, c := range wireCodes {
+		m[c] = true
+	}
+	return m
+}()
+
+// checkRefusal asserts that err is a well-formed refusal.
+func checkRefusal(t *testing.T, err error, maxIndex int) *events.FieldError {
+	t.Helper()
+	fe, ok := events.AsFieldError(err)
+	if !ok {
+		t.Fatalf("got %T %v, want a *events.FieldError", err, err)
+	}
+	if code := fe.Code(); !knownCodes[code] {
+		t.Fatalf("got code %q, want a known one (%v)", code, err)
+	}
+	if !errors.Is(err, fe.Err) {
+		t.Fatalf("got %v, want it to wrap its sentinel", err)
+	}
+	if fe.Index < 0 || fe.Index > maxIndex {
+		t.Fatalf("got index %d, want 0..%d (%v)", fe.Index, maxIndex, err)
+	}
+	return fe
+}
+
+// checkCanonical asserts that ev, decoded from some input, is a fixpoint of
+// the canonical encoding, and returns its encoding (nil when it is too large
+// to be a record).
+func checkCanonical(t *testing.T, ev events.Event) []byte {
+	t.Helper()
+	enc, err := events.Encode(ev)
+	if err != nil {
+		if errors.Is(err, events.ErrTooLarge) {
+			return nil
+		}
+		t.Fatalf("Encode of a decoded event: %v", err)
+	}
+	again, err := events.Decode(enc)
+	if err != nil {
+		t.Fatalf("Decode(Encode(ev)) = %v\nencoding: %s", err, enc)
+	}
+	if !reflect.DeepEqual(again, ev) {
+		t.Fatalf("Decode(Encode(ev)) differs:\ngot  %#v\nwant %#v\nencoding: %s", again, ev, enc)
+	}
+	enc2, err := events.Encode(again)
+	if err != nil {
+		t.Fatalf("re-Encode: %v", err)
+	}
+	if !bytes.Equal(enc2, enc) {
+		t.Fatalf("encoding is not a fixpoint:\nfirst  %s\nsecond %s", enc, enc2)
+	}
+	return enc
+}
+
+func FuzzDecode(f *testing.F) {
+	for _, s := range fuzzSeeds() {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, record []byte) {
+		ev, err := events.Decode(record)
+		if err != nil {
+			fe := checkRefusal(t, err, 0)
+			// Decode and DecodeBatch agree on a single object.
+			if trimmed := bytes.TrimSpace(record); len(trimmed) > 0 && trimmed[0] == '{' {
+				_, berr := events.DecodeBatch(record)
+				bfe, ok := events.AsFieldError(berr)
+				if !ok || bfe.Code() != fe.Code() || bfe.Field != fe.Field || bfe.Index != 0 {
+					t.Fatalf("Decode: %v; DecodeBatch: %v", err, berr)
+				}
+			}
+			return
+		}
+		checkCanonical(t, ev)
+		evs, err := events.DecodeBatch(record)
+		if err != nil || len(evs) != 1 || !reflect.DeepEqual(evs[0], ev) {
+			t.Fatalf("Decode accepted %q, DecodeBatch gave %v, %v", record, evs, err)
+		}
+	})
+}
+
+func FuzzDecodeBatch(f *testing.F) {
+	for _, s := range fuzzSeeds() {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		evs, err := events.DecodeBatch(body)
+		if err != nil {
+			// An index names an event, so it cannot pass the body's length.
+			checkRefusal(t, err, len(body))
+			return
+		}
+		if len(evs) == 0 {
+			t.Fatalf("DecodeBatch(%q) accepted no events", body)
+		}
+		var encs [][]byte
+		for _, ev := range evs {
+			enc := checkCanonical(t, ev)
+			if enc == nil {
+				// EncodeBatch must then refuse the batch, naming an event.
+				_, err := events.EncodeBatch(evs)
+				if fe := checkRefusal(t, err, len(evs)-1); !errors.Is(fe, events.ErrTooLarge) {
+					t.Fatalf("EncodeBatch: got %v, want too_large", err)
+				}
+				return
+			}
+			encs = append(encs, enc)
+		}
+		batch, err := events.EncodeBatch(evs)
+		if err != nil {
+			t.Fatalf("EncodeBatch: %v", err)
+		}
+		if !slices.EqualFunc(batch, encs, bytes.Equal) {
+			t.Fatalf("EncodeBatch differs from Encode of each event")
+		}
+		// The canonical records, sent again as one array, are the same batch.
+		again, err := events.DecodeBatch(append(append([]byte("["), bytes.Join(batch, []byte(","))...), ']'))
+		if err != nil {
+			t.Fatalf("DecodeBatch of the canonical records: %v", err)
+		}
+		if !reflect.DeepEqual(again, evs) {
+			t.Fatalf("DecodeBatch of the canonical records differs:\ngot  %#v\nwant %#v", again, evs)
+		}
+	})
+}
