@@ -2,8 +2,8 @@ package events
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
+	json "github.com/segmentio/encoding/json"
 	"reflect"
 	"time"
 	"unicode/utf8"

@@ -2,8 +2,8 @@ package events
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
+	json "github.com/segmentio/encoding/json"
 	"maps"
 	"math"
 	"reflect"
@@ -161,7 +161,7 @@ func decodeValue(raw []byte, fv reflect.Value, fs *fieldSpec, path string) *Fiel
 		// fit (2147483648 for an int32, say): name that value.
 		ute, ok := err.(*json.UnmarshalTypeError)
 		if ok && (t.Kind() == reflect.Slice && got == "an array" || t.Kind() == reflect.Map && got == "an object") {
-			got += " holding a " + ute.Value
+			got += " holding " + elementKind(ute.Value)
 		}
 		return fieldErr(path, ErrWrongType, "want %s, got %s", want(t), got)
 	}
@@ -199,6 +199,32 @@ func refuseInnerNull(raw []byte, t reflect.Type, path string) *FieldError {
 	return nil
 }
 
+// elementKind names the offending element of an UnmarshalTypeError, whose
+// Value is either a kind ("string", "number 2147483648") or, depending on
+// the decoder, the raw text from that element on.
+func elementKind(v string) string {
+	if v == "" {
+		return "a value that does not fit"
+	}
+	switch c := v[0]; {
+	case c == '"':
+		return "a string"
+	case c == '{':
+		return "an object"
+	case c == '[':
+		return "an array"
+	case c == 't' || c == 'f':
+		return "a boolean"
+	case c == '-' || c >= '0' && c <= '9':
+		end := strings.IndexAny(v, ",]} \t\r\n")
+		if end < 0 {
+			end = len(v)
+		}
+		return "a number " + clip(v[:end])
+	}
+	return "a " + clip(v)
+}
+
 func isNull(raw []byte) bool {
 	return bytes.Equal(bytes.TrimSpace(raw), []byte("null"))
 }
@@ -227,8 +253,28 @@ func checkValue(v reflect.Value, fs *fieldSpec, path string) *FieldError {
 	case reflect.Pointer:
 		return checkValue(v.Elem(), fs, path)
 	case reflect.Slice:
+		// Token arrays hold thousands of elements: check the common element
+		// types without reflection, and name the element only on failure.
+		switch s := v.Interface().(type) {
+		case []int32:
+			for i, x := range s {
+				if x < 0 && !fs.signed || fs.hasMax && float64(x) > fs.max {
+					return checkNumber(float64(x), fs, fmt.Sprintf("%s[%d]", path, i))
+				}
+			}
+			return nil
+		case []float32:
+			for i, x := range s {
+				f := float64(x)
+				if x < 0 && !fs.signed || fs.hasMax && f > fs.max || math.IsNaN(f) || math.IsInf(f, 0) {
+					return checkValue(reflect.ValueOf(x), fs, fmt.Sprintf("%s[%d]", path, i))
+				}
+			}
+			return nil
+		}
 		for i := 0; i < v.Len(); i++ {
-			if fe := checkValue(v.Index(i), fs, fmt.Sprintf("%s[%d]", path, i)); fe != nil {
+			if fe := checkValue(v.Index(i), fs, ""); fe != nil {
+				fe.Field = fmt.Sprintf("%s[%d]", path, i)
 				return fe
 			}
 		}
