@@ -1,0 +1,303 @@
+package projections
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/rolloutledger/rolloutledger/events"
+)
+
+// Record is one fact as read from the log.
+type Record struct {
+	Value     []byte       // the Kafka record value (canonical event JSON)
+	Event     events.Event // decoded Value
+	Partition int32
+	Offset    int64
+}
+
+// ErrWrongRun is returned by [Fold.Apply] for a record of another run. The
+// Store is left untouched.
+var ErrWrongRun = errors.New("projections: record of another run")
+
+// Fold applies one run's facts. It keeps NO state of its own between calls
+// except caches that are pure functions of the Store; everything lives in the Store.
+type Fold struct {
+	run string
+}
+
+// NewFold returns the fold of run.
+func NewFold(run string) *Fold { return &Fold{run: run} }
+
+// Run is the run the fold applies.
+func (f *Fold) Run() string { return f.run }
+
+// Apply folds the next record of the run, in log order, into the state held
+// by s and returns the decisions it concludes, in the order they were
+// reached. Every record of the run must be applied exactly once per state,
+// duplicates included: the fact sequence number counts them.
+//
+// When Record.Event is the zero value, Apply decodes Record.Value; when
+// Record.Value is empty, it uses the canonical encoding of Record.Event. A
+// record that does not decode is counted and reported as a finding.
+//
+// An error leaves s partly written: discard the writes (the projector drops
+// its batch) and do not apply later records to it.
+func (f *Fold) Apply(s Store, r Record) ([]Decision, error) {
+	ev, value := r.Event, r.Value
+	var decodeErr error
+	switch {
+	case ev.Type == "":
+		ev, decodeErr = events.Decode(value)
+		if decodeErr == nil && ev.Run != f.run {
+			return nil, fmt.Errorf("%w: %q in the fold of %q", ErrWrongRun, ev.Run, f.run)
+		}
+	case ev.Run != f.run:
+		return nil, fmt.Errorf("%w: %q in the fold of %q", ErrWrongRun, ev.Run, f.run)
+	case ev.Data == nil:
+		return nil, fmt.Errorf("projections: event %s (%s) has no data", ev.ID, ev.Type)
+	case len(value) == 0:
+		var err error
+		if value, err = events.Encode(ev); err != nil {
+			return nil, err
+		}
+	}
+
+	c := &applyCtx{run: f.run, s: s, ev: ev}
+	if err := c.loadHeader(); err != nil {
+		return nil, err
+	}
+	c.h.facts++
+	c.pos = FactPosition{Seq: c.h.facts, Partition: r.Partition, Offset: r.Offset}
+
+	var err error
+	if decodeErr != nil {
+		err = c.finding(Finding{Kind: FindingUndecodable, Detail: decodeErr.Error()})
+	} else {
+		err = c.apply(value)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := c.s.Set([]byte(keyHeader), c.h.encode()); err != nil {
+		return nil, err
+	}
+	return c.out, nil
+}
+
+// FoldAll folds recs, in order, into a fresh [MemStore] and returns every
+// decision.
+func FoldAll(run string, recs []Record) ([]Decision, error) {
+	f, s := NewFold(run), NewMemStore()
+	var out []Decision
+	for i, r := range recs {
+		ds, err := f.Apply(s, r)
+		if err != nil {
+			return out, fmt.Errorf("record %d: %w", i, err)
+		}
+		out = append(out, ds...)
+	}
+	return out, nil
+}
+
+// applyCtx is the working set of one Apply: the header, the position of the
+// record, and the decisions reached so far.
+type applyCtx struct {
+	run string
+	s   Store
+	h   header
+	pos FactPosition
+	ev  events.Event
+	cfg *events.Config
+	out []Decision
+}
+
+func (c *applyCtx) apply(value []byte) error {
+	dup, err := c.dedup(value)
+	if err != nil || dup {
+		return err
+	}
+	switch d := c.ev.Data.(type) {
+	case *events.RunStarted:
+		return c.runStarted(d)
+	case *events.TaskRegistered:
+		return c.taskRegistered(d)
+	case *events.GroupStarted:
+		return c.groupStarted(d)
+	case *events.AttemptStarted:
+		return c.attemptStarted(d)
+	case *events.TurnGenerated:
+		return c.turnGenerated(d)
+	case *events.ContextCompacted:
+		return c.contextCompacted(d)
+	case *events.AttemptFinished:
+		return c.attemptSettled(d.Attempt, false)
+	case *events.AttemptFailed:
+		return c.attemptSettled(d.Attempt, true)
+	case *events.RewardComputed:
+		return c.rewardComputed(d)
+	case *events.GroupClosed:
+		return c.groupClosed(d)
+	case *events.GradientApplied:
+		return c.gradientApplied(d)
+	case *events.ToolCalled, *events.PolicyPublished:
+		// Inputs of the audit and analyst projections, not of decisions:
+		// staleness is measured against the batch's step, not against
+		// what was published when.
+		return nil
+	default:
+		return fmt.Errorf("projections: no rule for fact type %s", c.ev.Type)
+	}
+}
+
+// dedup records the record's id and reports whether the record repeats one
+// already applied (DESIGN.md §3): identical bytes are dropped silently,
+// different bytes are a conflicting duplicate and ignored as well.
+func (c *applyCtx) dedup(value []byte) (bool, error) {
+	sum := sha256.Sum256(value)
+	key := eventKey(c.ev.ID)
+	prev, ok, err := c.s.Get(key)
+	if err != nil {
+		return false, err
+	}
+	if !ok {
+		return false, c.s.Set(key, sum[:])
+	}
+	if bytes.Equal(prev, sum[:]) {
+		return true, nil
+	}
+	return true, c.finding(Finding{
+		Kind: FindingConflictingDuplicate, Event: c.ev.ID, Type: c.ev.Type,
+		Detail: fmt.Sprintf("event %s was first applied with sha256 %s; this record has sha256 %s and is ignored",
+			c.ev.ID, hex.EncodeToString(prev), hex.EncodeToString(sum[:])),
+	})
+}
+
+func (c *applyCtx) runStarted(d *events.RunStarted) error {
+	if c.h.configured {
+		return c.finding(Finding{Kind: FindingDuplicateRunStarted, Event: c.ev.ID, Type: c.ev.Type,
+			Detail: "the run already started; this run.started and its config are ignored"})
+	}
+	c.h.configured = true
+	cfg := d.Config.Resolve()
+	if err := cfg.Validate(); err != nil {
+		return c.finding(Finding{Kind: FindingInvalidConfig, Event: c.ev.ID, Type: c.ev.Type,
+			Detail: "the default config stays in force: " + err.Error()})
+	}
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	c.cfg = &cfg
+	return c.s.Set([]byte(keyConfig), b)
+}
+
+func (c *applyCtx) taskRegistered(d *events.TaskRegistered) error {
+	t, err := c.task(d.Task)
+	if err != nil {
+		return err
+	}
+	if t.registered {
+		return c.duplicate(Finding{Task: d.Task}, "task "+d.Task+" is already registered")
+	}
+	t.registered = true
+	return c.putTask(d.Task, &t)
+}
+
+func (c *applyCtx) loadHeader() error {
+	b, ok, err := c.s.Get([]byte(keyHeader))
+	if err != nil || !ok {
+		return err
+	}
+	c.h, err = decodeHeader(b)
+	return err
+}
+
+// config is the run's configuration at this position: the resolved config
+// of run.started, or the defaults before it.
+func (c *applyCtx) config() (events.Config, error) {
+	if c.cfg != nil {
+		return *c.cfg, nil
+	}
+	cfg := events.DefaultConfig()
+	if c.h.configured {
+		b, ok, err := c.s.Get([]byte(keyConfig))
+		if err != nil {
+			return cfg, err
+		}
+		if ok {
+			if err := json.Unmarshal(b, &cfg); err != nil {
+				return cfg, fmt.Errorf("%w: config: %v", ErrCorruptState, err)
+			}
+		}
+	}
+	c.cfg = &cfg
+	return cfg, nil
+}
+
+// emit appends a decision of kind with the given seq, caused by the record
+// being applied.
+func (c *applyCtx) emit(kind events.Type, seq uint64, data any, samples []byte) error {
+	d, err := canonicalJSON(data)
+	if err != nil {
+		return fmt.Errorf("projections: encode %s data: %w", kind, err)
+	}
+	id := events.DecisionID(c.run, kind, seq)
+	v, err := canonicalJSON(Envelope{
+		ID: id, Run: c.run, Type: kind, V: DecisionSchemaVersion, Source: DecisionSource,
+		RuleVersion: RuleVersion, Fact: c.pos, Data: d,
+	})
+	if err != nil {
+		return fmt.Errorf("projections: encode %s: %w", kind, err)
+	}
+	c.out = append(c.out, Decision{ID: id, Run: c.run, Kind: kind, Seq: seq, Value: v, Samples: samples})
+	return nil
+}
+
+func (c *applyCtx) finding(f Finding) error {
+	c.h.findings++
+	return c.emit(KindAuditFinding, c.h.findings, f, nil)
+}
+
+// duplicate reports the record as a second declaration of something
+// already known, which the fold ignores.
+func (c *applyCtx) duplicate(f Finding, what string) error {
+	f.Kind, f.Event, f.Type = FindingDuplicateEntity, c.ev.ID, c.ev.Type
+	f.Detail = what + "; this " + string(c.ev.Type) + " is ignored"
+	return c.finding(f)
+}
+
+func (c *applyCtx) task(id string) (taskState, error) {
+	b, ok, err := c.s.Get(taskKey(id))
+	if err != nil || !ok {
+		return taskState{}, err
+	}
+	return decodeTask(b)
+}
+
+func (c *applyCtx) putTask(id string, t *taskState) error { return c.s.Set(taskKey(id), t.encode()) }
+
+func (c *applyCtx) group(id string) (groupState, error) {
+	b, ok, err := c.s.Get(groupKey(id))
+	if err != nil || !ok {
+		return groupState{}, err
+	}
+	return decodeGroup(b)
+}
+
+func (c *applyCtx) putGroup(id string, g *groupState) error { return c.s.Set(groupKey(id), g.encode()) }
+
+func (c *applyCtx) attempt(id string) (attemptState, error) {
+	b, ok, err := c.s.Get(attemptKey(id))
+	if err != nil || !ok {
+		return attemptState{}, err
+	}
+	return decodeAttempt(b)
+}
+
+func (c *applyCtx) putAttempt(id string, a *attemptState) error {
+	return c.s.Set(attemptKey(id), a.encode())
+}

@@ -1,0 +1,444 @@
+package projections
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+)
+
+// State key layout. Every key the fold writes starts with one of these
+// prefixes; entity ids cannot contain NUL, so NUL separates the parts.
+//
+//	h                        header: fact and decision counters, batch cursor
+//	cfg                      the run's resolved config (JSON), once run.started was seen
+//	ev\x00<event id>         SHA-256 of the first record with that id (dedup index)
+//	task\x00<task>           registration and probe tally of a task
+//	grp\x00<group>           a group: its declaration, members, closed/done
+//	att\x00<attempt>         an attempt: its group, reward, turn metadata, compactions
+//	turn\x00<attempt>\x00<n> inline tokens of turn n, until its batch is sealed
+//	open\x00<i>              the i-th group (0-based) placed in the open batch
+//	drop\x00<i>              the i-th train group dropped since the last seal
+//	sealed\x00<k>            digest of sealed batch k (for gradient.applied)
+const (
+	keyHeader = "h"
+	keyConfig = "cfg"
+	pfxEvent  = "ev\x00"
+	pfxTask   = "task\x00"
+	pfxGroup  = "grp\x00"
+	pfxAtt    = "att\x00"
+	pfxTurn   = "turn\x00"
+	pfxOpen   = "open\x00"
+	pfxDrop   = "drop\x00"
+	pfxSealed = "sealed\x00"
+)
+
+func eventKey(id string) []byte        { return []byte(pfxEvent + id) }
+func taskKey(task string) []byte       { return []byte(pfxTask + task) }
+func groupKey(group string) []byte     { return []byte(pfxGroup + group) }
+func attemptKey(attempt string) []byte { return []byte(pfxAtt + attempt) }
+func openKey(i uint64) []byte          { return strconv.AppendUint([]byte(pfxOpen), i, 10) }
+func dropKey(i uint64) []byte          { return strconv.AppendUint([]byte(pfxDrop), i, 10) }
+func sealedKey(k uint64) []byte        { return strconv.AppendUint([]byte(pfxSealed), k, 10) }
+
+func turnKey(attempt string, turn int64) []byte {
+	k := make([]byte, 0, len(pfxTurn)+len(attempt)+1+4)
+	k = append(k, pfxTurn...)
+	k = append(k, attempt...)
+	k = append(k, 0)
+	return strconv.AppendInt(k, turn, 10)
+}
+
+// ErrCorruptState is wrapped by every error about a stored value the fold
+// cannot read back.
+var ErrCorruptState = errors.New("projections: corrupt state")
+
+// stateVersion leads every binary state record, so a later layout can be
+// told apart from this one.
+const stateVersion = 1
+
+// header is the run-wide cursor, read and written once per record.
+type header struct {
+	facts      uint64 // the run's fact sequence number of the last record applied
+	configured bool   // run.started was applied
+	findings   uint64 // seq of the last audit.finding
+	admitted   uint64 // seq of the last task.admitted
+	rejected   uint64 // seq of the last task.rejected
+	sealed     uint64 // batches sealed so far
+	open       uint64 // groups placed in batch sealed+1
+	drops      uint64 // train groups dropped since the last seal
+}
+
+func (h *header) encode() []byte {
+	var w wbuf
+	w.byte(stateVersion)
+	w.uvarint(h.facts)
+	w.bool(h.configured)
+	w.uvarint(h.findings)
+	w.uvarint(h.admitted)
+	w.uvarint(h.rejected)
+	w.uvarint(h.sealed)
+	w.uvarint(h.open)
+	w.uvarint(h.drops)
+	return w.b
+}
+
+func decodeHeader(b []byte) (header, error) {
+	r := rbuf{b: b, what: "header"}
+	r.version()
+	h := header{
+		facts: r.uvarint(), configured: r.bool(), findings: r.uvarint(),
+		admitted: r.uvarint(), rejected: r.uvarint(), sealed: r.uvarint(),
+		open: r.uvarint(), drops: r.uvarint(),
+	}
+	return h, r.done()
+}
+
+// Decisions of a task's admission.
+const (
+	admissionPending  = 0
+	admissionAdmitted = 1
+	admissionRejected = 2
+)
+
+type taskState struct {
+	registered bool
+	probes     int64 // rewarded probe attempts of completed probe groups
+	passes     int64
+	decision   uint8
+}
+
+func (t *taskState) encode() []byte {
+	var w wbuf
+	w.byte(stateVersion)
+	w.bool(t.registered)
+	w.varint(t.probes)
+	w.varint(t.passes)
+	w.byte(t.decision)
+	return w.b
+}
+
+func decodeTask(b []byte) (taskState, error) {
+	r := rbuf{b: b, what: "task"}
+	r.version()
+	t := taskState{registered: r.bool(), probes: r.varint(), passes: r.varint(), decision: r.byte()}
+	return t, r.done()
+}
+
+// groupState is a group while it collects its inputs. Once done, members
+// are cleared: a completed group is only a marker that makes later facts
+// about it late.
+type groupState struct {
+	started bool // group.started applied
+	closed  bool // group.closed applied
+	done    bool // completed (used, dropped, or counted as probes)
+	task    string
+	purpose string
+	size    int64
+	// members are the attempts that named the group in attempt.started, in
+	// log order.
+	members []string
+}
+
+func (g *groupState) encode() []byte {
+	var w wbuf
+	w.byte(stateVersion)
+	w.bool(g.started)
+	w.bool(g.closed)
+	w.bool(g.done)
+	w.str(g.task)
+	w.str(g.purpose)
+	w.varint(g.size)
+	w.uvarint(uint64(len(g.members)))
+	for _, m := range g.members {
+		w.str(m)
+	}
+	return w.b
+}
+
+func decodeGroup(b []byte) (groupState, error) {
+	r := rbuf{b: b, what: "group"}
+	r.version()
+	g := groupState{started: r.bool(), closed: r.bool(), done: r.bool(), task: r.str(), purpose: r.str(), size: r.varint()}
+	n := r.count()
+	for range n {
+		g.members = append(g.members, r.str())
+	}
+	return g, r.done()
+}
+
+// turnMeta is what the fold keeps of a turn outside its payload.
+type turnMeta struct {
+	turn       int64
+	version    int64
+	completion int64
+	partition  int32
+	offset     int64
+	payload    bool // inline tokens stored under turnKey
+}
+
+// attemptState is everything known about an attempt, whether or not its
+// attempt.started has been seen yet.
+type attemptState struct {
+	started  bool // attempt.started applied
+	group    string
+	task     string
+	retryOf  string
+	rewarded bool
+	passed   bool
+	// testsPassed and testsTotal are the verifier's counts.
+	testsPassed int64
+	testsTotal  int64
+	// rewardSeq is the fact sequence number of the reward, which orders
+	// two rewarded attempts of one slot.
+	rewardSeq uint64
+	finished  bool // attempt.finished applied
+	failed    bool // attempt.failed applied
+	// done says the attempt's group completed: the attempt is frozen and
+	// later facts about it are late.
+	done bool
+	// late says a late fact about the attempt was reported.
+	late bool
+	// turns are sorted by turn index, one entry per index.
+	turns []turnMeta
+	// compactions are the turn indices after which the context was
+	// compacted, sorted and distinct.
+	compactions []int64
+}
+
+const (
+	attStarted = 1 << iota
+	attRewarded
+	attPassed
+	attFinished
+	attFailed
+	attDone
+	attLate
+)
+
+func (a *attemptState) encode() []byte {
+	var w wbuf
+	w.byte(stateVersion)
+	var flags uint64
+	set := func(bit uint64, on bool) {
+		if on {
+			flags |= bit
+		}
+	}
+	set(attStarted, a.started)
+	set(attRewarded, a.rewarded)
+	set(attPassed, a.passed)
+	set(attFinished, a.finished)
+	set(attFailed, a.failed)
+	set(attDone, a.done)
+	set(attLate, a.late)
+	w.uvarint(flags)
+	w.str(a.group)
+	w.str(a.task)
+	w.str(a.retryOf)
+	w.varint(a.testsPassed)
+	w.varint(a.testsTotal)
+	w.uvarint(a.rewardSeq)
+	w.uvarint(uint64(len(a.turns)))
+	for _, t := range a.turns {
+		w.varint(t.turn)
+		w.varint(t.version)
+		w.varint(t.completion)
+		w.varint(int64(t.partition))
+		w.varint(t.offset)
+		w.bool(t.payload)
+	}
+	w.uvarint(uint64(len(a.compactions)))
+	for _, c := range a.compactions {
+		w.varint(c)
+	}
+	return w.b
+}
+
+func decodeAttempt(b []byte) (attemptState, error) {
+	r := rbuf{b: b, what: "attempt"}
+	r.version()
+	flags := r.uvarint()
+	a := attemptState{
+		started: flags&attStarted != 0, rewarded: flags&attRewarded != 0, passed: flags&attPassed != 0,
+		finished: flags&attFinished != 0, failed: flags&attFailed != 0, done: flags&attDone != 0,
+		late: flags&attLate != 0,
+	}
+	a.group, a.task, a.retryOf = r.str(), r.str(), r.str()
+	a.testsPassed, a.testsTotal, a.rewardSeq = r.varint(), r.varint(), r.uvarint()
+	n := r.count()
+	if n > 0 {
+		a.turns = make([]turnMeta, 0, n)
+	}
+	for range n {
+		t := turnMeta{turn: r.varint(), version: r.varint(), completion: r.varint()}
+		t.partition = int32(r.varint())
+		t.offset = r.varint()
+		t.payload = r.bool()
+		a.turns = append(a.turns, t)
+	}
+	n = r.count()
+	for range n {
+		a.compactions = append(a.compactions, r.varint())
+	}
+	return a, r.done()
+}
+
+// payload is the inline token data of one turn. Token ids and log-probs are
+// stored as little-endian 32-bit words, so they come back bit for bit.
+type payload struct {
+	observation []int32
+	tokens      []int32
+	logprobs    []float32
+}
+
+func (p *payload) encode() []byte {
+	w := wbuf{b: make([]byte, 0, 1+3*binary.MaxVarintLen32+4*(len(p.observation)+len(p.tokens)+len(p.logprobs)))}
+	w.byte(stateVersion)
+	w.uvarint(uint64(len(p.observation)))
+	for _, t := range p.observation {
+		w.b = binary.LittleEndian.AppendUint32(w.b, uint32(t))
+	}
+	w.uvarint(uint64(len(p.tokens)))
+	for _, t := range p.tokens {
+		w.b = binary.LittleEndian.AppendUint32(w.b, uint32(t))
+	}
+	w.uvarint(uint64(len(p.logprobs)))
+	for _, l := range p.logprobs {
+		w.b = binary.LittleEndian.AppendUint32(w.b, math.Float32bits(l))
+	}
+	return w.b
+}
+
+func decodePayload(b []byte) (payload, error) {
+	r := rbuf{b: b, what: "turn payload"}
+	r.version()
+	var p payload
+	p.observation = r.words(p.observation)
+	p.tokens = r.words(p.tokens)
+	n := r.count()
+	if r.err == nil && len(r.b) >= 4*n {
+		p.logprobs = make([]float32, n)
+		for i := range n {
+			p.logprobs[i] = math.Float32frombits(binary.LittleEndian.Uint32(r.b[4*i:]))
+		}
+		r.b = r.b[4*n:]
+	} else if r.err == nil {
+		r.fail()
+	}
+	return p, r.done()
+}
+
+// wbuf appends a binary state record.
+type wbuf struct{ b []byte }
+
+func (w *wbuf) byte(v uint8)     { w.b = append(w.b, v) }
+func (w *wbuf) uvarint(v uint64) { w.b = binary.AppendUvarint(w.b, v) }
+func (w *wbuf) varint(v int64)   { w.b = binary.AppendVarint(w.b, v) }
+func (w *wbuf) str(s string)     { w.uvarint(uint64(len(s))); w.b = append(w.b, s...) }
+func (w *wbuf) bool(v bool) {
+	if v {
+		w.byte(1)
+	} else {
+		w.byte(0)
+	}
+}
+
+// rbuf reads a binary state record; the first problem sticks and is
+// reported by done.
+type rbuf struct {
+	b    []byte
+	what string
+	err  error
+}
+
+func (r *rbuf) fail() {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: unreadable %s record", ErrCorruptState, r.what)
+	}
+	r.b = nil
+}
+
+func (r *rbuf) version() {
+	if v := r.byte(); r.err == nil && v != stateVersion {
+		r.err = fmt.Errorf("%w: %s record of layout %d, want %d", ErrCorruptState, r.what, v, stateVersion)
+	}
+}
+
+func (r *rbuf) byte() uint8 {
+	if len(r.b) < 1 {
+		r.fail()
+		return 0
+	}
+	v := r.b[0]
+	r.b = r.b[1:]
+	return v
+}
+
+func (r *rbuf) bool() bool { return r.byte() == 1 }
+
+func (r *rbuf) uvarint() uint64 {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail()
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *rbuf) varint() int64 {
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.fail()
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+// count reads a length and checks it against the bytes left, each element
+// taking at least one byte.
+func (r *rbuf) count() int {
+	n := r.uvarint()
+	if n > uint64(len(r.b)) {
+		r.fail()
+		return 0
+	}
+	return int(n)
+}
+
+func (r *rbuf) str() string {
+	n := r.count()
+	if r.err != nil {
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
+}
+
+func (r *rbuf) words(dst []int32) []int32 {
+	n := r.count()
+	if r.err != nil || len(r.b) < 4*n {
+		r.fail()
+		return nil
+	}
+	if n == 0 {
+		return nil
+	}
+	dst = make([]int32, n)
+	for i := range n {
+		dst[i] = int32(binary.LittleEndian.Uint32(r.b[4*i:]))
+	}
+	r.b = r.b[4*n:]
+	return dst
+}
+
+func (r *rbuf) done() error {
+	if r.err == nil && len(r.b) != 0 {
+		r.err = fmt.Errorf("%w: %d trailing bytes after a %s record", ErrCorruptState, len(r.b), r.what)
+	}
+	return r.err
+}
