@@ -11,13 +11,16 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/rolloutledger/rolloutledger/services/api"
 	"github.com/rolloutledger/rolloutledger/services/httpx"
 	"github.com/rolloutledger/rolloutledger/services/ingest"
 	"github.com/rolloutledger/rolloutledger/services/kafkalog"
+	"github.com/rolloutledger/rolloutledger/services/projector"
 )
 
 // Service names accepted by Options.Only.
@@ -29,10 +32,10 @@ const (
 )
 
 // Available lists the services this build can run.
-var Available = []string{ServiceIngest}
+var Available = []string{ServiceIngest, ServiceProjector, ServiceAPI}
 
 // Planned lists services the contract names that this build does not run yet.
-var Planned = []string{ServiceProjector, ServicePgsink, ServiceAPI}
+var Planned = []string{ServicePgsink}
 
 // Options configure a Stack.
 type Options struct {
@@ -42,6 +45,8 @@ type Options struct {
 	Kafka kafkalog.Config
 	// Only restricts the services run; empty means every available one.
 	Only []string
+	// DataDir holds the projector's state (DataDir/projector).
+	DataDir string
 	// Logger is the stack's logger; nil discards.
 	Logger *slog.Logger
 }
@@ -64,7 +69,21 @@ func (o Options) Validate() error {
 			errs = append(errs, fmt.Errorf("stack: unknown service %q (want one of %s)", s, strings.Join(append(slices.Clone(Available), Planned...), ", ")))
 		}
 	}
+	only := o.services()
+	if slices.Contains(only, ServiceAPI) && !slices.Contains(only, ServiceProjector) {
+		errs = append(errs, errors.New("stack: the api serves the projector's state and runs in the projector's process: add projector to --only"))
+	}
+	if slices.Contains(only, ServiceProjector) && o.DataDir == "" {
+		errs = append(errs, errors.New("stack: the projector needs a data directory for its state"))
+	}
 	return errors.Join(errs...)
+}
+
+func (o Options) services() []string {
+	if len(o.Only) == 0 {
+		return Available
+	}
+	return o.Only
 }
 
 // Stack is a running set of services.
@@ -76,6 +95,10 @@ type Stack struct {
 	ln     net.Listener
 	served chan error
 	parts  map[string]int
+
+	proj     *projector.Projector
+	stopProj context.CancelFunc
+	projDone chan struct{}
 }
 
 // Start bootstraps the topics, starts the services and begins serving HTTP.
@@ -83,9 +106,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	if len(o.Only) == 0 {
-		o.Only = Available
-	}
+	o.Only = o.services()
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -101,15 +122,43 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		s.writer = kafkalog.NewWriter(o.Kafka, o.Kafka.FactsTopic(), kafkalog.WriterOptions{Logger: log})
 		(&ingest.Service{Appender: s.writer, Logger: log}).Register(mux)
 	}
+	if slices.Contains(o.Only, ServiceProjector) {
+		p, err := projector.Open(projector.Options{Kafka: o.Kafka, Dir: filepath.Join(o.DataDir, "projector"), Logger: log})
+		if err != nil {
+			s.closeWriter()
+			return nil, err
+		}
+		s.proj = p
+		if slices.Contains(o.Only, ServiceAPI) {
+			(&api.Service{Projector: p, Logger: log}).Register(mux)
+		}
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
 	})
 	ln, err := net.Listen("tcp", o.Addr)
 	if err != nil {
 		s.closeWriter()
+		if s.proj != nil {
+			s.proj.Close()
+		}
 		return nil, fmt.Errorf("stack: listen on %s: %w", o.Addr, err)
 	}
 	s.ln = ln
+	if s.proj != nil {
+		pctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+		s.stopProj, s.projDone = stop, make(chan struct{})
+		go func() {
+			defer close(s.projDone)
+			if err := s.proj.Run(pctx); err != nil {
+				log.Error("projector stopped", "err", err)
+				select {
+				case s.served <- err:
+				default:
+				}
+			}
+		}()
+	}
 	s.srv = &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -132,18 +181,23 @@ func (s *Stack) URL() string { return "http://" + s.Addr() }
 // Partitions reports the partition count of each of the ledger's topics.
 func (s *Stack) Partitions() map[string]int { return s.parts }
 
-// Done is closed with the server's error if it stops serving on its own.
+// Done receives the error of a service that stopped on its own.
 func (s *Stack) Done() <-chan error { return s.served }
 
 // Shutdown stops accepting requests, lets in-flight ones finish (each waits
 // for its Kafka acknowledgment), then closes the Kafka writer.
 func (s *Stack) Shutdown(ctx context.Context) error {
 	err := s.srv.Shutdown(ctx)
-	if cerr := s.closeWriter(); err == nil {
-		err = cerr
+	if s.proj != nil {
+		s.stopProj()
+		<-s.projDone
+		err = errors.Join(err, s.proj.Close())
 	}
-	return err
+	return errors.Join(err, s.closeWriter())
 }
+
+// Projector is the stack's projector, nil when it does not run one.
+func (s *Stack) Projector() *projector.Projector { return s.proj }
 
 func (s *Stack) closeWriter() error {
 	if s.writer == nil {

@@ -33,7 +33,7 @@ func TestIngest(t *testing.T) {
 
 func startStack(t *testing.T, kc kafkalog.Config) *stack.Stack {
 	t.Helper()
-	s, err := stack.Start(context.Background(), stack.Options{Addr: "127.0.0.1:0", Kafka: kc})
+	s, err := stack.Start(context.Background(), stack.Options{Addr: "127.0.0.1:0", Kafka: kc, Only: []string{stack.ServiceIngest}})
 	if err != nil {
 		t.Fatalf("start stack: %v", err)
 	}

@@ -1,0 +1,232 @@
+// Package api is the trainer's and the operator's HTTP interface to what
+// the projector concluded: sealed batches (long-polled), their samples, task
+// admission and run status.
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/projections"
+	"github.com/rolloutledger/rolloutledger/services/httpx"
+	"github.com/rolloutledger/rolloutledger/services/projector"
+)
+
+// MaxWait bounds a long poll.
+const MaxWait = 5 * time.Minute
+
+// Service serves the query endpoints from a projector's state.
+type Service struct {
+	Projector *projector.Projector
+	Logger    *slog.Logger
+}
+
+// Register adds the routes to mux.
+func (s *Service) Register(mux *http.ServeMux) {
+	mux.HandleFunc("GET /v1/runs", s.runs)
+	mux.HandleFunc("GET /v1/runs/{run}/batches/next", s.nextBatch)
+	mux.HandleFunc("GET /v1/runs/{run}/batches/{seq}", s.batch)
+	mux.HandleFunc("GET /v1/runs/{run}/batches/{seq}/samples", s.samples)
+	mux.HandleFunc("GET /v1/runs/{run}/tasks/{task}", s.task)
+	mux.HandleFunc("GET /v1/runs/{run}/status", s.status)
+}
+
+func (s *Service) fail(w http.ResponseWriter, err error) {
+	if s.Logger != nil {
+		s.Logger.Error("query failed", "err", err)
+	}
+	httpx.WriteError(w, http.StatusInternalServerError, "internal", err.Error())
+}
+
+func runParam(w http.ResponseWriter, r *http.Request) (string, bool) {
+	run := r.PathValue("run")
+	if !events.ValidRunID(run) {
+		httpx.WriteError(w, http.StatusBadRequest, "invalid_value", fmt.Sprintf("%q is not a run id", run))
+		return "", false
+	}
+	return run, true
+}
+
+func seqParam(w http.ResponseWriter, s string, name string, min uint64) (uint64, bool) {
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || n < min {
+		httpx.WriteError(w, http.StatusBadRequest, "invalid_value", fmt.Sprintf("%s %q is not an integer >= %d", name, s, min))
+		return 0, false
+	}
+	return n, true
+}
+
+// manifest is the data of a batch.sealed record: the manifest itself.
+func manifest(value []byte) (json.RawMessage, error) {
+	var d struct {
+		Data json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(value, &d); err != nil {
+		return nil, fmt.Errorf("api: stored decision does not decode: %w", err)
+	}
+	return d.Data, nil
+}
+
+func writeRaw(w http.ResponseWriter, contentType string, b []byte) {
+	w.Header().Set("Content-Type", contentType)
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b)
+}
+
+func (s *Service) batch(w http.ResponseWriter, r *http.Request) {
+	run, ok := runParam(w, r)
+	if !ok {
+		return
+	}
+	seq, ok := seqParam(w, r.PathValue("seq"), "batch", 1)
+	if !ok {
+		return
+	}
+	v, found, err := s.Projector.Decision(run, projections.KindBatchSealed, seq)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if !found {
+		httpx.WriteError(w, http.StatusNotFound, "not_found", fmt.Sprintf("run %s has no sealed batch %d", run, seq))
+		return
+	}
+	m, err := manifest(v)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeRaw(w, "application/json", append(m, '\n'))
+}
+
+func (s *Service) nextBatch(w http.ResponseWriter, r *http.Request) {
+	run, ok := runParam(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	after, ok := seqParam(w, q.Get("after"), "after", 0)
+	if !ok {
+		return
+	}
+	wait := 30 * time.Second
+	if ws := q.Get("wait"); ws != "" {
+		d, err := time.ParseDuration(ws)
+		if err != nil || d < 0 || d > MaxWait {
+			httpx.WriteError(w, http.StatusBadRequest, "invalid_value", fmt.Sprintf("wait %q is not a duration between 0 and %s", ws, MaxWait))
+			return
+		}
+		wait = d
+	}
+	v, found, err := s.Projector.WaitDecision(r.Context(), run, projections.KindBatchSealed, after+1, wait)
+	if errors.Is(err, context.Canceled) {
+		return
+	}
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if !found {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	m, err := manifest(v)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeRaw(w, "application/json", append(m, '\n'))
+}
+
+func (s *Service) samples(w http.ResponseWriter, r *http.Request) {
+	run, ok := runParam(w, r)
+	if !ok {
+		return
+	}
+	seq, ok := seqParam(w, r.PathValue("seq"), "batch", 1)
+	if !ok {
+		return
+	}
+	v, found, err := s.Projector.Samples(run, seq)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if !found {
+		httpx.WriteError(w, http.StatusNotFound, "not_found", fmt.Sprintf("run %s has no sealed batch %d", run, seq))
+		return
+	}
+	writeRaw(w, "application/x-ndjson", v)
+}
+
+func (s *Service) task(w http.ResponseWriter, r *http.Request) {
+	run, ok := runParam(w, r)
+	if !ok {
+		return
+	}
+	task := r.PathValue("task")
+	if !events.ValidEntityID(task) {
+		httpx.WriteError(w, http.StatusBadRequest, "invalid_value", fmt.Sprintf("%q is not a task id", task))
+		return
+	}
+	d, err := s.Projector.Task(run, task)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	httpx.WriteJSON(w, http.StatusOK, d)
+}
+
+func (s *Service) runs(w http.ResponseWriter, r *http.Request) {
+	runs, err := s.Projector.Runs()
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if runs == nil {
+		runs = []projector.RunInfo{}
+	}
+	httpx.WriteJSON(w, http.StatusOK, map[string]any{"runs": runs})
+}
+
+// Status is a run's progress as the projector sees it.
+type Status struct {
+	Run           string `json:"run"`
+	BatchesSealed uint64 `json:"batches_sealed"`
+	TasksAdmitted uint64 `json:"tasks_admitted"`
+	TasksRejected uint64 `json:"tasks_rejected"`
+	Findings      uint64 `json:"findings"`
+}
+
+func (s *Service) status(w http.ResponseWriter, r *http.Request) {
+	run, ok := runParam(w, r)
+	if !ok {
+		return
+	}
+	st := Status{Run: run}
+	for _, f := range []struct {
+		kind events.Type
+		dst  *uint64
+	}{
+		{projections.KindBatchSealed, &st.BatchesSealed},
+		{projections.KindTaskAdmitted, &st.TasksAdmitted},
+		{projections.KindTaskRejected, &st.TasksRejected},
+		{projections.KindAuditFinding, &st.Findings},
+	} {
+		n, err := s.Projector.LastSeq(run, f.kind)
+		if err != nil {
+			s.fail(w, err)
+			return
+		}
+		*f.dst = n
+	}
+	httpx.WriteJSON(w, http.StatusOK, st)
+}

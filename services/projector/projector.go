@@ -1,0 +1,317 @@
+// Package projector runs the projections over the facts topic.
+//
+// # Exactly once
+//
+// For each partition it owns, the projector reads facts from the offset it
+// stored itself (never Kafka's group offsets), folds a window of them into
+// one Pebble batch — fold state, decisions, samples, and the next offset —
+// writes the window's decisions to the decisions topic with acks=all, and
+// only then commits the batch. A crash before the commit re-reads the
+// window and, the folds being deterministic, re-emits byte-identical
+// decisions with the same ids, which consumers drop as duplicates. A crash
+// after the commit resumes after the window. Either way every fact is
+// folded into the committed state exactly once.
+package projector
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/projections"
+	"github.com/rolloutledger/rolloutledger/services/kafkalog"
+)
+
+// Options configure a Projector.
+type Options struct {
+	// Kafka locates the brokers and names the topics.
+	Kafka kafkalog.Config
+	// Dir is the Pebble directory of the projector's state.
+	Dir string
+	// Partitions of the facts topic this instance owns; nil means all.
+	Partitions []int
+	// Window bounds how many facts one Pebble batch folds; default 2,000.
+	Window int
+	// Logger; nil discards.
+	Logger *slog.Logger
+}
+
+// Projector folds facts into decisions and serves what it concluded.
+type Projector struct {
+	o      Options
+	log    *slog.Logger
+	db     *pebble.DB
+	out    *kafkalog.Writer
+	notify *broadcast
+}
+
+// Open opens (or creates) the projector's state.
+func Open(o Options) (*Projector, error) {
+	if o.Dir == "" {
+		return nil, errors.New("projector: no state directory")
+	}
+	if err := o.Kafka.Validate(); err != nil {
+		return nil, err
+	}
+	if o.Window <= 0 {
+		o.Window = 2000
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	db, err := pebble.Open(o.Dir, &pebble.Options{Logger: pebbleLogger{log.With("component", "pebble")}})
+	if err != nil {
+		return nil, fmt.Errorf("projector: open state in %s: %w", o.Dir, err)
+	}
+	return &Projector{
+		o: o, log: log.With("component", "projector"), db: db,
+		out:    kafkalog.NewWriter(o.Kafka, o.Kafka.DecisionsTopic(), kafkalog.WriterOptions{Logger: log, MaxAttempts: 10}),
+		notify: newBroadcast(),
+	}, nil
+}
+
+// Close releases the state and the decisions writer.
+func (p *Projector) Close() error {
+	return errors.Join(p.out.Close(), p.db.Close())
+}
+
+// Run consumes the owned partitions until ctx ends or a partition fails.
+func (p *Projector) Run(ctx context.Context) error {
+	parts := p.o.Partitions
+	if parts == nil {
+		ends, err := kafkalog.EndOffsets(ctx, p.o.Kafka, p.o.Kafka.FactsTopic())
+		if err != nil {
+			return err
+		}
+		for i := range len(ends) {
+			parts = append(parts, i)
+		}
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	for _, part := range parts {
+		wg.Go(func() {
+			if err := p.runPartition(ctx, part); err != nil && ctx.Err() == nil {
+				cancel(fmt.Errorf("projector: partition %d: %w", part, err))
+			}
+		})
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+func offsetKey(topic string, part int) []byte {
+	k := append([]byte{nsOffset}, topic...)
+	k = append(k, 0)
+	return binary.BigEndian.AppendUint32(k, uint32(part))
+}
+
+// Offset is the next offset the projector will fold in a partition.
+func (p *Projector) Offset(part int) (int64, error) {
+	v, ok, err := get(p.db, offsetKey(p.o.Kafka.FactsTopic(), part))
+	if err != nil || !ok {
+		return 0, err
+	}
+	return int64(binary.BigEndian.Uint64(v)), nil
+}
+
+func (p *Projector) runPartition(ctx context.Context, part int) error {
+	next, err := p.Offset(part)
+	if err != nil {
+		return err
+	}
+	r := kafka.NewReader(kafka.ReaderConfig{
+		Brokers: p.o.Kafka.Brokers, Topic: p.o.Kafka.FactsTopic(), Partition: part,
+		MinBytes: 1, MaxBytes: 16 << 20, MaxWait: 100 * time.Millisecond,
+	})
+	defer r.Close()
+	if err := r.SetOffset(next); err != nil {
+		return err
+	}
+	folds := map[string]*projections.Fold{}
+	log := p.log.With("partition", part)
+	log.Info("consuming", "from", next)
+	for {
+		window, err := readWindow(ctx, r, p.o.Window)
+		if err != nil {
+			return err
+		}
+		if err := p.foldWindow(ctx, part, folds, window); err != nil {
+			return err
+		}
+	}
+}
+
+// readWindow blocks for one record, then takes whatever else is already
+// fetched, up to max, so a busy partition folds many records per commit and
+// an idle one answers within milliseconds.
+func readWindow(ctx context.Context, r *kafka.Reader, max int) ([]kafka.Message, error) {
+	m, err := r.ReadMessage(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []kafka.Message{m}
+	for len(out) < max {
+		quick, cancel := context.WithTimeout(ctx, 2*time.Millisecond)
+		m, err := r.ReadMessage(quick)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			break
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+func (p *Projector) foldWindow(ctx context.Context, part int, folds map[string]*projections.Fold, window []kafka.Message) error {
+	b := p.db.NewIndexedBatch()
+	defer b.Close()
+	var decided []projections.Decision
+	for _, m := range window {
+		ev, err := events.Decode(m.Value)
+		if err != nil {
+			// Ingest only appends valid facts; a record that does not
+			// decode was written around it. It is skipped, not folded, and
+			// said loudly; replay reports it the same way.
+			p.log.Error("undecodable record skipped", "partition", m.Partition, "offset", m.Offset, "err", err)
+			continue
+		}
+		f := folds[ev.Run]
+		if f == nil {
+			f = projections.NewFold(ev.Run)
+			folds[ev.Run] = f
+			if err := noteRun(b, ev.Run, ev.At); err != nil {
+				return err
+			}
+		}
+		ds, err := f.Apply(newRunStore(b, ev.Run), projections.Record{Value: m.Value, Event: ev, Partition: int32(m.Partition), Offset: m.Offset})
+		if err != nil {
+			return fmt.Errorf("fold %s at %d/%d: %w", ev.Run, m.Partition, m.Offset, err)
+		}
+		for _, d := range ds {
+			if err := b.Set(decisionKey(d.Run, d.Kind, d.Seq), d.Value, nil); err != nil {
+				return err
+			}
+			if d.Samples != nil {
+				if err := b.Set(samplesKey(d.Run, d.Seq), d.Samples, nil); err != nil {
+					return err
+				}
+			}
+		}
+		decided = append(decided, ds...)
+	}
+	last := window[len(window)-1].Offset
+	if err := b.Set(offsetKey(p.o.Kafka.FactsTopic(), part), binary.BigEndian.AppendUint64(nil, uint64(last+1)), nil); err != nil {
+		return err
+	}
+	if err := p.emit(ctx, decided); err != nil {
+		return err
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return fmt.Errorf("commit state: %w", err)
+	}
+	if len(decided) > 0 {
+		p.notify.fire()
+	}
+	return nil
+}
+
+// emit writes decisions to the decisions topic before the state that
+// produced them is committed, retrying until Kafka acknowledges: a
+// decision must never be committed as made and then be missing.
+func (p *Projector) emit(ctx context.Context, ds []projections.Decision) error {
+	if len(ds) == 0 {
+		return nil
+	}
+	recs := make([]kafkalog.Record, len(ds))
+	for i, d := range ds {
+		recs[i] = kafkalog.Record{Key: []byte(d.Run), Value: d.Value, Headers: []kafka.Header{
+			{Key: "type", Value: []byte(d.Kind)}, {Key: "v", Value: []byte("1")},
+		}}
+	}
+	backoff := 100 * time.Millisecond
+	for {
+		_, err := p.out.Append(ctx, recs)
+		if err == nil {
+			return nil
+		}
+		p.log.Warn("emitting decisions failed; retrying", "decisions", len(ds), "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// noteRun indexes a run by the producer clock of its first fact seen. The
+// index only orders GET /v1/runs; no projection reads it.
+func noteRun(b *pebble.Batch, run string, at time.Time) error {
+	k := append([]byte{nsRun}, run...)
+	if _, ok, err := get(b, k); err != nil || ok {
+		return err
+	}
+	return b.Set(k, binary.BigEndian.AppendUint64(nil, uint64(at.UnixNano())), nil)
+}
+
+func decisionKey(run string, kind events.Type, seq uint64) []byte {
+	k := append([]byte{nsDecision}, run...)
+	k = append(k, 0)
+	k = append(k, kind...)
+	k = append(k, 0)
+	return binary.BigEndian.AppendUint64(k, seq)
+}
+
+func samplesKey(run string, seq uint64) []byte {
+	k := append([]byte{nsSamples}, run...)
+	k = append(k, 0)
+	return binary.BigEndian.AppendUint64(k, seq)
+}
+
+// broadcast wakes every waiter when new decisions are committed.
+type broadcast struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func newBroadcast() *broadcast { return &broadcast{ch: make(chan struct{})} }
+
+func (b *broadcast) wait() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.ch
+}
+
+func (b *broadcast) fire() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	close(b.ch)
+	b.ch = make(chan struct{})
+}
+
+// pebbleLogger sends Pebble's log to slog: its info lines at debug level.
+type pebbleLogger struct{ l *slog.Logger }
+
+func (p pebbleLogger) Infof(format string, args ...any)  { p.l.Debug(fmt.Sprintf(format, args...)) }
+func (p pebbleLogger) Errorf(format string, args ...any) { p.l.Error(fmt.Sprintf(format, args...)) }
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	p.l.Error(fmt.Sprintf(format, args...))
+	panic(fmt.Sprintf("pebble: "+format, args...))
+}

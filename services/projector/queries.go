@@ -1,0 +1,138 @@
+package projector
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"slices"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/projections"
+)
+
+// Decision returns the record value of a run's seq-th decision of a kind.
+func (p *Projector) Decision(run string, kind events.Type, seq uint64) ([]byte, bool, error) {
+	return get(p.db, decisionKey(run, kind, seq))
+}
+
+// Samples returns the materialized samples (NDJSON) of a sealed batch.
+func (p *Projector) Samples(run string, seq uint64) ([]byte, bool, error) {
+	return get(p.db, samplesKey(run, seq))
+}
+
+// WaitDecision returns the seq-th decision of a kind as soon as it is
+// committed, or ok=false when wait passes first.
+func (p *Projector) WaitDecision(ctx context.Context, run string, kind events.Type, seq uint64, wait time.Duration) ([]byte, bool, error) {
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		changed := p.notify.wait() // before the read, so no commit is missed
+		v, ok, err := p.Decision(run, kind, seq)
+		if err != nil || ok {
+			return v, ok, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		case <-timer.C:
+			return nil, false, nil
+		case <-changed:
+		}
+	}
+}
+
+// Decisions lists a run's decisions of one kind in sequence order.
+func (p *Projector) Decisions(run string, kind events.Type) ([][]byte, error) {
+	lo := decisionKey(run, kind, 0)
+	hi := decisionKey(run, kind, ^uint64(0))
+	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	var out [][]byte
+	for it.First(); it.Valid(); it.Next() {
+		out = append(out, append([]byte(nil), it.Value()...))
+	}
+	return out, it.Error()
+}
+
+// RunInfo is a run the projector has seen.
+type RunInfo struct {
+	Run       string    `json:"run"`
+	FirstSeen time.Time `json:"first_fact_at"`
+}
+
+// Runs lists the runs the projector has seen, newest first (by the producer
+// clock of each run's first fact), ties by id.
+func (p *Projector) Runs() ([]RunInfo, error) {
+	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: []byte{nsRun}, UpperBound: []byte{nsRun + 1}})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	var out []RunInfo
+	for it.First(); it.Valid(); it.Next() {
+		at := time.Unix(0, int64(binary.BigEndian.Uint64(it.Value()))).UTC()
+		out = append(out, RunInfo{Run: string(it.Key()[1:]), FirstSeen: at})
+	}
+	slices.SortStableFunc(out, func(a, b RunInfo) int { return b.FirstSeen.Compare(a.FirstSeen) })
+	return out, it.Error()
+}
+
+// TaskDecision is a task's admission as the API reports it.
+type TaskDecision struct {
+	Task     string  `json:"task"`
+	Decision string  `json:"decision"`
+	Probes   int     `json:"probes"`
+	Passes   int     `json:"passes"`
+	PassRate float64 `json:"pass_rate"`
+}
+
+// Task reports a task's admission: the decision when one was made, else
+// "pending".
+func (p *Projector) Task(run, task string) (TaskDecision, error) {
+	out := TaskDecision{Task: task, Decision: "pending"}
+	for _, kind := range []events.Type{projections.KindTaskAdmitted, projections.KindTaskRejected} {
+		vals, err := p.Decisions(run, kind)
+		if err != nil {
+			return out, err
+		}
+		for _, v := range vals {
+			var d struct {
+				Data TaskDecision `json:"data"`
+			}
+			if json.Unmarshal(v, &d) == nil && d.Data.Task == task {
+				d.Data.Decision = "admitted"
+				if kind == projections.KindTaskRejected {
+					d.Data.Decision = "rejected"
+				}
+				return d.Data, nil
+			}
+		}
+	}
+	return out, nil
+}
+
+// LastSeq is the highest sequence of a run's decisions of a kind, 0 if none.
+func (p *Projector) LastSeq(run string, kind events.Type) (uint64, error) {
+	lo := decisionKey(run, kind, 0)
+	hi := decisionKey(run, kind, ^uint64(0))
+	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return 0, err
+	}
+	defer it.Close()
+	if !it.Last() {
+		return 0, it.Error()
+	}
+	k := it.Key()
+	if !bytes.HasPrefix(k, lo[:len(lo)-8]) {
+		return 0, nil
+	}
+	return binary.BigEndian.Uint64(k[len(k)-8:]), nil
+}
