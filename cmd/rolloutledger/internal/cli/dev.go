@@ -1,0 +1,97 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/rolloutledger/rolloutledger/services/embedded"
+	"github.com/rolloutledger/rolloutledger/services/kafkalog"
+	"github.com/rolloutledger/rolloutledger/services/stack"
+)
+
+func newDevCmd(g *globals) *cobra.Command {
+	var addr, kafkaAddr, data, prefix string
+	var partitions int
+	var fsync bool
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run everything in one process on embedded defaults (in-process Kafka broker, HTTP on loopback)",
+		Long: `dev runs an in-process Kafka-protocol broker, reachable by any Kafka client at
+--kafka-addr, with its data under --data, and the ledger's services on --addr.
+Stopping it (even with kill -9) and starting it again keeps every acknowledged
+event.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger("text")
+			if err != nil {
+				return err
+			}
+			d, err := startDev(cmd.Context(), devOptions{
+				Addr: addr, KafkaAddr: kafkaAddr, Data: data, TopicPrefix: prefix,
+				Partitions: partitions, SyncWrites: fsync, Logger: log,
+			})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(g.stdout, "rolloutledger dev: HTTP at %s, Kafka at %s, data in %s\n", d.stack.URL(), d.broker.Addr(), data)
+			select {
+			case <-cmd.Context().Done():
+				log.Info("shutting down")
+			case err := <-d.stack.Done():
+				log.Error("HTTP server stopped", "err", err)
+			}
+			return d.close(30 * time.Second)
+		},
+	}
+	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:7070", "HTTP listen address")
+	cmd.Flags().StringVar(&kafkaAddr, "kafka-addr", "127.0.0.1:9092", "listen address of the embedded Kafka broker")
+	cmd.Flags().StringVar(&data, "data", "./.rolloutledger", "directory for the broker's data and the projections' state")
+	cmd.Flags().StringVar(&prefix, "topic-prefix", kafkalog.DefaultTopicPrefix, "prefix of the topics")
+	cmd.Flags().IntVar(&partitions, "partitions", 12, "partitions of each topic")
+	cmd.Flags().BoolVar(&fsync, "fsync", false, "fsync every produced batch (survives machine crashes, not only process crashes)")
+	return cmd
+}
+
+type devOptions struct {
+	Addr, KafkaAddr, Data, TopicPrefix string
+	Partitions                         int
+	SyncWrites                         bool
+	Logger                             *slog.Logger
+}
+
+// devStack is the embedded broker plus the services over it.
+type devStack struct {
+	broker *embedded.Broker
+	stack  *stack.Stack
+	kafka  kafkalog.Config
+}
+
+func startDev(ctx context.Context, o devOptions) (*devStack, error) {
+	b, err := embedded.Start(embedded.Options{
+		Addr: o.KafkaAddr, DataDir: filepath.Join(o.Data, "kafka"), Partitions: o.Partitions,
+		SyncWrites: o.SyncWrites, Logger: o.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	kc := kafkalog.Config{Brokers: []string{b.Addr()}, TopicPrefix: o.TopicPrefix, Partitions: o.Partitions}
+	s, err := stack.Start(ctx, stack.Options{Addr: o.Addr, Kafka: kc, DataDir: o.Data, Logger: o.Logger})
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	return &devStack{broker: b, stack: s, kafka: kc}, nil
+}
+
+func (d *devStack) close(grace time.Duration) error {
+	ctx, cancel := contextWithTimeout(grace)
+	defer cancel()
+	err := d.stack.Shutdown(ctx)
+	d.broker.Close()
+	return err
+}

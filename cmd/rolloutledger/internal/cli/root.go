@@ -1,0 +1,144 @@
+// Package cli holds the rolloutledger subcommands. Each command parses its
+// flags, builds the services' option structs, and hands over to the
+// services, replay and projections packages; no ledger logic lives here.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/rolloutledger/rolloutledger/services/kafkalog"
+)
+
+// exitError carries a specific exit code out of a command.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// Main runs the command line and returns the process exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	root := newRoot(stdout, stderr)
+	root.SetArgs(args)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintln(stderr, "rolloutledger:", err)
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	return 1
+}
+
+type globals struct {
+	stdout, stderr io.Writer
+	logLevel       string
+	logFormat      string
+}
+
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	g := &globals{stdout: stdout, stderr: stderr}
+	root := &cobra.Command{
+		Use:   "rolloutledger",
+		Short: "The event-sourced ledger and replay system for asynchronous agentic RL",
+		Long: `rolloutledger records every turn, tool call, weight version, reward and gradient
+step of an asynchronous RL run as an immutable Kafka event, and folds them
+deterministically into training batches, task admission, Postgres tables and
+audits that replay a run bit for bit.
+
+Start with: rolloutledger demo`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "", "log format: text or json (default: text for dev and demo, json for serve)")
+	root.AddCommand(
+		newDevCmd(g), newServeCmd(g), newSimulateCmd(g), newDemoCmd(g),
+		notYet("replay", "Re-fold a run from Kafka or an archive and verify every recorded decision"),
+		notYet("export", "Write a self-contained archive of a run's facts and decisions"),
+		notYet("audit", "Print a run's audit report, or write it as HTML"),
+		notYet("prove", "Prove that a fact is in the history a batch committed to"),
+		notYet("migrate", "Apply the Postgres migrations"),
+		notYet("bench", "Run the benchmark suite"),
+	)
+	return root
+}
+
+// notYet is a command the contract names whose implementation has not
+// landed: it says so plainly and exits 2, rather than pretending.
+func notYet(name, short string) *cobra.Command {
+	return &cobra.Command{
+		Use:                name,
+		Short:              short + " (not available yet)",
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return &exitError{code: 2, err: fmt.Errorf("%s is not available yet in this build", name)}
+		},
+	}
+}
+
+func (g *globals) logger(defaultFormat string) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", g.logLevel)
+	}
+	format := g.logFormat
+	if format == "" {
+		format = defaultFormat
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(g.stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(g.stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+// kafkaFlags are the flags of every command that talks to Kafka.
+type kafkaFlags struct {
+	brokers     string
+	topicPrefix string
+	partitions  int
+}
+
+func addKafkaFlags(cmd *cobra.Command) *kafkaFlags {
+	k := &kafkaFlags{}
+	def := os.Getenv("KAFKA_BROKERS")
+	if def == "" {
+		def = "127.0.0.1:9092"
+	}
+	cmd.Flags().StringVar(&k.brokers, "brokers", def, "Kafka bootstrap brokers, comma-separated (default $KAFKA_BROKERS)")
+	cmd.Flags().StringVar(&k.topicPrefix, "topic-prefix", kafkalog.DefaultTopicPrefix, "prefix of the <prefix>.facts and <prefix>.decisions topics")
+	cmd.Flags().IntVar(&k.partitions, "partitions", 12, "partitions of each topic when it is created")
+	return k
+}
+
+func (k *kafkaFlags) config() kafkalog.Config {
+	var brokers []string
+	for b := range strings.SplitSeq(k.brokers, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			brokers = append(brokers, b)
+		}
+	}
+	return kafkalog.Config{Brokers: brokers, TopicPrefix: k.topicPrefix, Partitions: k.partitions}
+}

@@ -1,0 +1,52 @@
+package cli
+
+import (
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/rolloutledger/rolloutledger/services/stack"
+)
+
+func newServeCmd(g *globals) *cobra.Command {
+	var addr, only, data string
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the services against real Kafka (and Postgres)",
+		Long: `serve runs the ledger's services against the Kafka cluster at --brokers.
+--only picks a subset: ingest, projector, pgsink, api (default: every service
+this build provides).`,
+		Args: cobra.NoArgs,
+	}
+	kf := addKafkaFlags(cmd)
+	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:7070", "HTTP listen address")
+	cmd.Flags().StringVar(&data, "data", "./.rolloutledger", "directory for the projector's state")
+	cmd.Flags().StringVar(&only, "only", "", "comma-separated services to run (ingest, projector, pgsink, api)")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		log, err := g.logger("json")
+		if err != nil {
+			return err
+		}
+		var services []string
+		for s := range strings.SplitSeq(only, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				services = append(services, s)
+			}
+		}
+		s, err := stack.Start(cmd.Context(), stack.Options{Addr: addr, Kafka: kf.config(), Only: services, DataDir: data, Logger: log})
+		if err != nil {
+			return err
+		}
+		select {
+		case <-cmd.Context().Done():
+			log.Info("shutting down")
+		case err := <-s.Done():
+			log.Error("HTTP server stopped", "err", err)
+		}
+		ctx, cancel := contextWithTimeout(30 * time.Second)
+		defer cancel()
+		return s.Shutdown(ctx)
+	}
+	return cmd
+}

@@ -1,0 +1,65 @@
+package cli
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/rolloutledger/rolloutledger/services/simulate"
+)
+
+// simFlags are the simulator's scale flags, shared by simulate and demo.
+type simFlags struct {
+	o simulate.Options
+}
+
+func addSimFlags(cmd *cobra.Command, defaults simulate.Options) *simFlags {
+	s := &simFlags{o: defaults}
+	f := cmd.Flags()
+	f.Uint64Var(&s.o.Seed, "seed", defaults.Seed, "seed: event content is a pure function of it and the scale flags")
+	f.StringVar(&s.o.Run, "run", defaults.Run, "run id (default sim-<seed>-<random>)")
+	f.IntVar(&s.o.Tasks, "tasks", defaults.Tasks, "tasks registered and probed (0 = default 48)")
+	f.IntVar(&s.o.Steps, "steps", defaults.Steps, "trainer steps worth of train groups (0 = default 4)")
+	f.IntVar(&s.o.BatchGroups, "batch-groups", defaults.BatchGroups, "groups per batch, written into the run config (0 = default 8)")
+	f.IntVar(&s.o.MaxStaleness, "max-staleness", defaults.MaxStaleness, "run config max_staleness (0 = default 6, negative = 0)")
+	f.IntVar(&s.o.GroupSize, "group-size", defaults.GroupSize, "attempts per train group (0 = default 8)")
+	f.IntVar(&s.o.Workers, "workers", defaults.Workers, "concurrent HTTP producers (0 = default 8)")
+	f.IntVar(&s.o.MinTurns, "min-turns", defaults.MinTurns, "fewest turns of an attempt (0 = default 5)")
+	f.IntVar(&s.o.MaxTurns, "max-turns", defaults.MaxTurns, "most turns of an attempt (0 = default 200)")
+	f.Float64Var(&s.o.InfraFailureRate, "infra-failure-rate", defaults.InfraFailureRate, "fraction of attempts lost to infrastructure (0 = default 0.03)")
+	f.BoolVar(&s.o.Tokens, "tokens", defaults.Tokens, "inline token ids and logprobs in turns (10–50 KB per turn)")
+	f.BoolVar(&s.o.Trainer, "trainer", defaults.Trainer, "run a trainer stand-in that consumes sealed batches over HTTP and publishes the policy versions")
+	f.IntVar(&s.o.EventsPerRequest, "events-per-request", defaults.EventsPerRequest, "events per POST (0 = default 256)")
+	return s
+}
+
+func newSimulateCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "simulate",
+		Short: "Drive a running ledger over HTTP with a FireFlash-shaped synthetic run; prints the run id",
+		Args:  cobra.NoArgs,
+	}
+	var url string
+	cmd.Flags().StringVar(&url, "url", "http://127.0.0.1:7070", "base URL of the ledger")
+	sf := addSimFlags(cmd, simulate.Options{Seed: 1})
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		log, err := g.logger("text")
+		if err != nil {
+			return err
+		}
+		o := sf.o
+		o.URL, o.Logger = url, log
+		res, err := simulate.Run(cmd.Context(), o)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(g.stderr, "simulated run %s: %d events in %d requests (%d retries) in %.2fs, %.0f events/s\n",
+			res.Run, res.Events, res.Requests, res.Retries, res.Duration.Seconds(), float64(res.Events)/res.Duration.Seconds())
+		if len(res.Steps) > 0 {
+			printSteps(g.stderr, res.Steps)
+		}
+		fmt.Fprintln(g.stdout, res.Run)
+		return nil
+	}
+	return cmd
+}
