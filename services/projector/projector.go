@@ -19,7 +19,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"strconv"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -223,6 +227,7 @@ func (p *Projector) foldWindow(ctx context.Context, part int, folds map[string]*
 	if err := p.emit(ctx, decided); err != nil {
 		return err
 	}
+	p.maybeCrash(len(decided))
 	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("commit state: %w", err)
 	}
@@ -283,6 +288,28 @@ func samplesKey(run string, seq uint64) []byte {
 	k := append([]byte{nsSamples}, run...)
 	k = append(k, 0)
 	return binary.BigEndian.AppendUint64(k, seq)
+}
+
+// CrashEnv names the fault-injection knob of crash tests: when set to N,
+// the process kills itself (SIGKILL) after the N-th window that emitted
+// decisions, between the decisions' acknowledgment and the state commit —
+// the one instant where a crash must not lose or change a decision.
+const CrashEnv = "ROLLOUTLEDGER_PROJECTOR_CRASH_AFTER_EMITS"
+
+var crashAfter = func() int64 {
+	n, _ := strconv.ParseInt(os.Getenv(CrashEnv), 10, 64)
+	return n
+}()
+
+var emits atomic.Int64
+
+func (p *Projector) maybeCrash(decided int) {
+	if crashAfter <= 0 || decided == 0 || emits.Add(1) < crashAfter {
+		return
+	}
+	p.log.Warn("fault injection: killing the process between emit and commit", "env", CrashEnv)
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {} // the signal is on its way
 }
 
 // broadcast wakes every waiter when new decisions are committed.

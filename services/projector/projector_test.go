@@ -1,0 +1,308 @@
+package projector_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/internal/testenv"
+	"github.com/rolloutledger/rolloutledger/projections"
+	"github.com/rolloutledger/rolloutledger/services/kafkalog"
+	"github.com/rolloutledger/rolloutledger/services/projector"
+	"github.com/rolloutledger/rolloutledger/services/simulate"
+	"github.com/rolloutledger/rolloutledger/services/stack"
+)
+
+// The test binary doubles as the projector process the crash test kills:
+// with childEnv set it runs a projector until it is killed or interrupted.
+const childEnv = "ROLLOUTLEDGER_TEST_PROJECTOR_CHILD"
+
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(childEnv); spec != "" {
+		os.Exit(runChild(spec))
+	}
+	os.Exit(m.Run())
+}
+
+// runChild runs a projector from a "brokers|prefix|dir" spec, folding
+// small windows so that a run makes many commits to crash between.
+func runChild(spec string) int {
+	parts := strings.Split(spec, "|")
+	kc := kafkalog.Config{Brokers: strings.Split(parts[0], ","), TopicPrefix: parts[1]}
+	p, err := projector.Open(projector.Options{Kafka: kc, Dir: parts[2], Window: 64})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err = p.Run(ctx)
+	p.Close()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 1
+	}
+	return 0
+}
+
+// ingestRuns pushes simulated runs through an in-process ingest.
+func ingestRuns(t *testing.T, kc kafkalog.Config, opts ...simulate.Options) {
+	t.Helper()
+	s, err := stack.Start(context.Background(), stack.Options{Addr: "127.0.0.1:0", Kafka: kc, Only: []string{stack.ServiceIngest}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown(context.Background())
+	for _, o := range opts {
+		o.URL = s.URL()
+		if _, err := simulate.Run(context.Background(), o); err != nil {
+			t.Fatalf("simulate %s: %v", o.Run, err)
+		}
+	}
+}
+
+func small(run string, seed uint64) simulate.Options {
+	return simulate.Options{Run: run, Seed: seed, Tasks: 24, Steps: 3, BatchGroups: 4, Workers: 4, MaxTurns: 60}
+}
+
+// reference folds every fact of the topic offline, run by run in log
+// order: what any correct projector must have decided.
+func reference(t *testing.T, kc kafkalog.Config) map[string][]byte {
+	t.Helper()
+	byRun := map[string][]projections.Record{}
+	err := kafkalog.ReadAll(context.Background(), kc, kc.FactsTopic(), func(m kafka.Message) error {
+		ev, err := events.Decode(m.Value)
+		if err != nil {
+			return err
+		}
+		byRun[ev.Run] = append(byRun[ev.Run], projections.Record{Value: m.Value, Event: ev, Partition: int32(m.Partition), Offset: m.Offset})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]byte{}
+	for run, recs := range byRun {
+		ds, err := projections.FoldAll(run, recs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range ds {
+			out[d.ID] = d.Value
+		}
+	}
+	return out
+}
+
+// decisionsOnTopic reads the decisions topic, failing on an id seen with
+// two different values: re-emissions must be byte-identical.
+func decisionsOnTopic(t *testing.T, kc kafkalog.Config) (map[string][]byte, int) {
+	t.Helper()
+	out, records := map[string][]byte{}, 0
+	err := kafkalog.ReadAll(context.Background(), kc, kc.DecisionsTopic(), func(m kafka.Message) error {
+		var env struct{ ID string }
+		if err := json.Unmarshal(m.Value, &env); err != nil {
+			return err
+		}
+		records++
+		if prev, ok := out[env.ID]; ok && !bytes.Equal(prev, m.Value) {
+			return fmt.Errorf("decision %s re-emitted with different bytes:\n first %s\n later %s", env.ID, prev, m.Value)
+		}
+		out[env.ID] = m.Value
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, records
+}
+
+func sameDecisions(t *testing.T, got, want map[string][]byte) {
+	t.Helper()
+	for id, w := range want {
+		g, ok := got[id]
+		if !ok {
+			t.Errorf("decision %s missing: %.200s", id, w)
+		} else if !bytes.Equal(g, w) {
+			t.Errorf("decision %s differs:\n got %.300s\nwant %.300s", id, g, w)
+		}
+	}
+	for id, g := range got {
+		if _, ok := want[id]; !ok {
+			t.Errorf("unexpected decision %s: %.200s", id, g)
+		}
+	}
+}
+
+// Kill -9 the projector at 20+ random points while a run is ingested,
+// restarting it each time on the same state; some kills land exactly
+// between the decisions' acknowledgment and the state commit. The
+// decisions on the topic, identical duplicates dropped, must equal an
+// uninterrupted fold's, byte for byte.
+func TestProjectorSurvivesKill9(t *testing.T) {
+	for _, b := range testenv.KafkaBackends() {
+		t.Run(b.Name, func(t *testing.T) {
+			kc := b.Kafka(t)
+			if _, err := kafkalog.EnsureTopics(context.Background(), kc); err != nil {
+				t.Fatal(err)
+			}
+			dir := filepath.Join(t.TempDir(), "state")
+			spec := strings.Join(kc.Brokers, ",") + "|" + kc.TopicPrefix + "|" + dir
+			rng := rand.New(rand.NewPCG(42, 7))
+
+			// One producer in small requests: facts keep arriving for the
+			// whole kill loop, as they do during a live run.
+			slow := func(run string, seed uint64) simulate.Options {
+				o := small(run, seed)
+				o.Workers, o.EventsPerRequest = 1, 32
+				return o
+			}
+			pushed := make(chan struct{})
+			go func() {
+				defer close(pushed)
+				ingestRuns(t, kc, slow("crash-a", 11), slow("crash-b", 12))
+			}()
+
+			var logs bytes.Buffer
+			start := func(crashAfter int) *exec.Cmd {
+				cmd := exec.Command(os.Args[0], "-test.run=^$")
+				cmd.Env = append(os.Environ(), childEnv+"="+spec)
+				if crashAfter > 0 {
+					cmd.Env = append(cmd.Env, projector.CrashEnv+"="+strconv.Itoa(crashAfter))
+				}
+				cmd.Stdout, cmd.Stderr = &logs, &logs
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				return cmd
+			}
+			kills, injected := 0, 0
+			for i := 0; i < 24; i++ {
+				crashAfter := 0
+				if i%2 == 1 {
+					crashAfter = 1 + rng.IntN(2)
+				}
+				cmd := start(crashAfter)
+				exited := make(chan error, 1)
+				go func() { exited <- cmd.Wait() }()
+				select {
+				case <-exited:
+					injected++ // the child killed itself at the injected point
+				case <-time.After(time.Duration(50+rng.IntN(400)) * time.Millisecond):
+					_ = cmd.Process.Signal(syscall.SIGKILL)
+					<-exited
+					kills++
+				}
+			}
+			<-pushed
+			want := reference(t, kc)
+			final := start(0)
+			defer func() {
+				_ = final.Process.Signal(os.Interrupt)
+				_ = final.Wait()
+				if t.Failed() {
+					t.Logf("projector output:\n%s", logs.String())
+				}
+			}()
+			var got map[string][]byte
+			var records int
+			testenv.CheckFor(t, 90*time.Second, "the restarted projector catches up", func() bool {
+				got, records = decisionsOnTopic(t, kc)
+				return len(got) >= len(want)
+			})
+			sameDecisions(t, got, want)
+			t.Logf("%d kills, %d injected crashes between emit and commit; %d decisions, %d records (duplicates from re-emission: %d)",
+				kills, injected, len(want), records, records-len(got))
+			if kills+injected < 20 {
+				t.Errorf("only %d crashes, want at least 20", kills+injected)
+			}
+			if injected < 3 || records == len(got) {
+				t.Errorf("%d injected crashes and %d re-emitted decisions: no crash hit the instant between emit and commit", injected, records-len(got))
+			}
+			var sealed int
+			for _, v := range want {
+				if bytes.Contains(v, []byte(`"type":"batch.sealed"`)) {
+					sealed++
+				}
+			}
+			if sealed < 4 {
+				t.Errorf("the run sealed only %d batches; the test needs several to mean anything", sealed)
+			}
+		})
+	}
+}
+
+// Two projector instances, each owning half the partitions, decide exactly
+// what one instance (the offline fold) decides.
+func TestTwoInstancesSplitPartitions(t *testing.T) {
+	for _, b := range testenv.KafkaBackends() {
+		t.Run(b.Name, func(t *testing.T) {
+			kc := b.Kafka(t)
+			if _, err := kafkalog.EnsureTopics(context.Background(), kc); err != nil {
+				t.Fatal(err)
+			}
+			runs := []string{"split-a", "split-b", "split-c", "split-d", "split-e"}
+			var opts []simulate.Options
+			for i, r := range runs {
+				o := small(r, uint64(20+i))
+				o.Tasks, o.Steps = 16, 2
+				opts = append(opts, o)
+			}
+			ingestRuns(t, kc, opts...)
+			ends, err := kafkalog.EndOffsets(context.Background(), kc, kc.FactsTopic())
+			if err != nil {
+				t.Fatal(err)
+			}
+			halves := [2][]int{}
+			used := [2]bool{}
+			for p := range len(ends) {
+				h := p % 2
+				halves[h] = append(halves[h], p)
+				if ends[p] > 0 {
+					used[h] = true
+				}
+			}
+			if !used[0] || !used[1] {
+				t.Fatalf("runs %v all landed in one half of the partitions %v; pick other names", runs, ends)
+			}
+			want := reference(t, kc)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 2)
+			for i, h := range halves {
+				p, err := projector.Open(projector.Options{Kafka: kc, Dir: filepath.Join(t.TempDir(), fmt.Sprint(i)), Partitions: slices.Clone(h)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				go func() { done <- p.Run(ctx); p.Close() }()
+			}
+			var got map[string][]byte
+			testenv.CheckFor(t, 60*time.Second, "both instances catch up", func() bool {
+				got, _ = decisionsOnTopic(t, kc)
+				return len(got) >= len(want)
+			})
+			cancel()
+			for range 2 {
+				if err := <-done; err != nil {
+					t.Errorf("instance: %v", err)
+				}
+			}
+			sameDecisions(t, got, want)
+		})
+	}
+}
