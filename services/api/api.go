@@ -34,7 +34,8 @@ func (s *Service) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/runs/{run}/batches/next", s.nextBatch)
 	mux.HandleFunc("GET /v1/runs/{run}/batches/{seq}", s.batch)
 	mux.HandleFunc("GET /v1/runs/{run}/batches/{seq}/samples", s.samples)
-	mux.HandleFunc("GET /v1/runs/{run}/tasks/{task}", s.task)
+	// Task ids may contain "/", so the task is the rest of the path.
+	mux.HandleFunc("GET /v1/runs/{run}/tasks/{task...}", s.task)
 	mux.HandleFunc("GET /v1/runs/{run}/status", s.status)
 }
 

@@ -1,0 +1,170 @@
+package stack_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rolloutledger/rolloutledger/internal/testenv"
+	"github.com/rolloutledger/rolloutledger/projections"
+	"github.com/rolloutledger/rolloutledger/services/simulate"
+	"github.com/rolloutledger/rolloutledger/services/stack"
+)
+
+func get(t *testing.T, url string) (int, []byte) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+// The trainer's interface end to end: a simulated run with a trainer that
+// consumes batches over HTTP while rollouts continue, then every endpoint
+// checked against what the trainer saw.
+func TestTrainerInterface(t *testing.T) {
+	kc, _ := testenv.EmbeddedKafka(t, "")
+	s, err := stack.Start(context.Background(), stack.Options{Addr: "127.0.0.1:0", Kafka: kc, DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+	const run = "api-run"
+
+	// Before anything is sealed, the long poll answers 204 after its wait.
+	start := time.Now()
+	if code, body := get(t, s.URL()+"/v1/runs/"+run+"/batches/next?after=0&wait=200ms"); code != http.StatusNoContent {
+		t.Fatalf("next before any batch: got %d %s, want 204", code, body)
+	}
+	if waited := time.Since(start); waited < 150*time.Millisecond {
+		t.Errorf("next returned after %v, before its wait", waited)
+	}
+
+	opts := simulate.Options{URL: s.URL(), Run: run, Seed: 5, Tasks: 24, Steps: 3, BatchGroups: 4, MaxTurns: 60, Trainer: true}
+	plan, err := simulate.Generate(opts, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := simulate.Run(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Steps) != 3 {
+		t.Fatalf("trainer took %d steps, want 3", len(res.Steps))
+	}
+
+	for _, st := range res.Steps {
+		code, body := get(t, fmt.Sprintf("%s/v1/runs/%s/batches/%d", s.URL(), run, st.Step))
+		if code != 200 {
+			t.Fatalf("batch %d: %d %s", st.Step, code, body)
+		}
+		var m projections.Manifest
+		if err := json.Unmarshal(body, &m); err != nil {
+			t.Fatal(err)
+		}
+		if m.Seq != uint64(st.Step) || m.Digest != st.Digest || m.TrainerVersion != uint64(st.Step-1) || len(m.Groups) != 4 {
+			t.Errorf("batch %d: got seq %d trainer_version %d digest %s with %d groups; trainer saw digest %s",
+				st.Step, m.Seq, m.TrainerVersion, m.Digest, len(m.Groups), st.Digest)
+		}
+		// Samples: one line per attempt segment, each with the advantage
+		// of its attempt in the manifest.
+		code, body = get(t, fmt.Sprintf("%s/v1/runs/%s/batches/%d/samples", s.URL(), run, st.Step))
+		if code != 200 {
+			t.Fatalf("samples %d: %d", st.Step, code)
+		}
+		adv := map[string]float64{}
+		for _, g := range m.Groups {
+			for _, a := range g.Attempts {
+				adv[a.Attempt] = a.Advantage
+			}
+		}
+		sc := bufio.NewScanner(bytes.NewReader(body))
+		sc.Buffer(nil, 64<<20)
+		lines := 0
+		for sc.Scan() {
+			var smp projections.Sample
+			if err := json.Unmarshal(sc.Bytes(), &smp); err != nil {
+				t.Fatalf("sample line: %v", err)
+			}
+			if a, ok := adv[smp.Attempt]; !ok || a != smp.Advantage {
+				t.Errorf("sample of %s: advantage %v, manifest %v (present %v)", smp.Attempt, smp.Advantage, a, ok)
+			}
+			lines++
+		}
+		if lines != st.SampleLines || lines < len(adv) {
+			t.Errorf("batch %d: %d sample lines, trainer saw %d, attempts %d", st.Step, lines, st.SampleLines, len(adv))
+		}
+	}
+
+	var status struct {
+		BatchesSealed uint64 `json:"batches_sealed"`
+		TasksAdmitted uint64 `json:"tasks_admitted"`
+		TasksRejected uint64 `json:"tasks_rejected"`
+	}
+	_, body := get(t, s.URL()+"/v1/runs/"+run+"/status")
+	_ = json.Unmarshal(body, &status)
+	if status.BatchesSealed < 3 || status.TasksAdmitted+status.TasksRejected != 24 {
+		t.Errorf("status: %s, want >= 3 batches and 24 admission decisions", body)
+	}
+	_, body = get(t, s.URL()+"/v1/runs")
+	if !strings.Contains(string(body), `"run":"`+run+`"`) {
+		t.Errorf("runs: %s does not list %s", body, run)
+	}
+
+	// A task's admission, and refusals that name what was wrong.
+	for _, c := range []struct {
+		path string
+		code int
+		want string
+	}{
+		{"/v1/runs/" + run + "/tasks/no-such-task", 200, `"decision":"pending"`},
+		{"/v1/runs/" + run + "/batches/99", 404, `"code":"not_found"`},
+		{"/v1/runs/" + run + "/batches/0", 400, `"code":"invalid_value"`},
+		{"/v1/runs/" + run + "/batches/next?after=x", 400, `"code":"invalid_value"`},
+		{"/v1/runs/" + run + "/batches/next?after=0&wait=1h", 400, `"code":"invalid_value"`},
+		{"/v1/runs/..%2Fetc/status", 400, `"code":"invalid_value"`},
+		{"/v1/nothing", 404, `"code":"not_found"`},
+	} {
+		code, body := get(t, s.URL()+c.path)
+		if code != c.code || !strings.Contains(string(body), c.want) {
+			t.Errorf("GET %s: got %d %s, want %d with %s", c.path, code, body, c.code, c.want)
+		}
+	}
+	// Every task's admission is the one the generator's probes imply.
+	admitted := 0
+	for _, task := range plan.Tasks {
+		_, body := get(t, fmt.Sprintf("%s/v1/runs/%s/tasks/%s", s.URL(), run, task.Task))
+		var d struct {
+			Decision string
+			Probes   int
+			Passes   int
+		}
+		_ = json.Unmarshal(body, &d)
+		want := "rejected"
+		if task.Admitted {
+			want = "admitted"
+			admitted++
+		}
+		if d.Decision != want || d.Probes != task.Probes || d.Passes != task.ProbePasses {
+			t.Errorf("task %s: got %s, want %s with %d/%d probes passed", task.Task, body, want, task.ProbePasses, task.Probes)
+		}
+	}
+	// A client that escapes the slash reaches the same task.
+	first := plan.Tasks[0].Task
+	if code, body := get(t, s.URL()+"/v1/runs/"+run+"/tasks/"+strings.ReplaceAll(first, "/", "%2F")); code != 200 || !strings.Contains(string(body), `"task":"`+first+`"`) {
+		t.Errorf("escaped task id: got %d %s", code, body)
+	}
+	if uint64(admitted) != status.TasksAdmitted {
+		t.Errorf("%d tasks admitted by the plan, status says %d", admitted, status.TasksAdmitted)
+	}
+}
