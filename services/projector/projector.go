@@ -186,39 +186,9 @@ func readWindow(ctx context.Context, r *kafka.Reader, max int) ([]kafka.Message,
 func (p *Projector) foldWindow(ctx context.Context, part int, folds map[string]*projections.Fold, window []kafka.Message) error {
 	b := p.db.NewIndexedBatch()
 	defer b.Close()
-	var decided []projections.Decision
-	for _, m := range window {
-		ev, err := events.Decode(m.Value)
-		if err != nil {
-			// Ingest only appends valid facts; a record that does not
-			// decode was written around it. It is skipped, not folded, and
-			// said loudly; replay reports it the same way.
-			p.log.Error("undecodable record skipped", "partition", m.Partition, "offset", m.Offset, "err", err)
-			continue
-		}
-		f := folds[ev.Run]
-		if f == nil {
-			f = projections.NewFold(ev.Run)
-			folds[ev.Run] = f
-			if err := noteRun(b, ev.Run, ev.At); err != nil {
-				return err
-			}
-		}
-		ds, err := f.Apply(newRunStore(b, ev.Run), projections.Record{Value: m.Value, Event: ev, Partition: int32(m.Partition), Offset: m.Offset})
-		if err != nil {
-			return fmt.Errorf("fold %s at %d/%d: %w", ev.Run, m.Partition, m.Offset, err)
-		}
-		for _, d := range ds {
-			if err := b.Set(decisionKey(d.Run, d.Kind, d.Seq), d.Value, nil); err != nil {
-				return err
-			}
-			if d.Samples != nil {
-				if err := b.Set(samplesKey(d.Run, d.Seq), d.Samples, nil); err != nil {
-					return err
-				}
-			}
-		}
-		decided = append(decided, ds...)
+	decided, err := p.foldInto(b, folds, window)
+	if err != nil {
+		return err
 	}
 	last := window[len(window)-1].Offset
 	if err := b.Set(offsetKey(p.o.Kafka.FactsTopic(), part), binary.BigEndian.AppendUint64(nil, uint64(last+1)), nil); err != nil {
@@ -235,6 +205,46 @@ func (p *Projector) foldWindow(ctx context.Context, part int, folds map[string]*
 		p.notify.fire()
 	}
 	return nil
+}
+
+// foldInto folds a window of records into the batch b: the runs' fold
+// state, their decisions and samples. It returns the decisions made.
+func (p *Projector) foldInto(b *pebble.Batch, folds map[string]*projections.Fold, window []kafka.Message) ([]projections.Decision, error) {
+	var decided []projections.Decision
+	for _, m := range window {
+		ev, err := events.Decode(m.Value)
+		if err != nil {
+			// Ingest only appends valid facts; a record that does not
+			// decode was written around it. It is skipped, not folded, and
+			// said loudly; replay reports it the same way.
+			p.log.Error("undecodable record skipped", "partition", m.Partition, "offset", m.Offset, "err", err)
+			continue
+		}
+		f := folds[ev.Run]
+		if f == nil {
+			f = projections.NewFold(ev.Run)
+			folds[ev.Run] = f
+			if err := noteRun(b, ev.Run, ev.At); err != nil {
+				return nil, err
+			}
+		}
+		ds, err := f.Apply(newRunStore(b, ev.Run), projections.Record{Value: m.Value, Event: ev, Partition: int32(m.Partition), Offset: m.Offset})
+		if err != nil {
+			return nil, fmt.Errorf("fold %s at %d/%d: %w", ev.Run, m.Partition, m.Offset, err)
+		}
+		for _, d := range ds {
+			if err := b.Set(decisionKey(d.Run, d.Kind, d.Seq), d.Value, nil); err != nil {
+				return nil, err
+			}
+			if d.Samples != nil {
+				if err := b.Set(samplesKey(d.Run, d.Seq), d.Samples, nil); err != nil {
+					return nil, err
+				}
+			}
+		}
+		decided = append(decided, ds...)
+	}
+	return decided, nil
 }
 
 // emit writes decisions to the decisions topic before the state that

@@ -194,6 +194,14 @@ func (p *pusher) postOnce(ctx context.Context, body []byte, evs []events.Event) 
 		if len(ack.Events) != len(evs) {
 			return fmt.Errorf("simulate: the ledger acknowledged %d events of %d sent", len(ack.Events), len(evs))
 		}
+		if p.o.OnAck != nil {
+			at := time.Now()
+			acks := make([]Ack, len(ack.Events))
+			for i, a := range ack.Events {
+				acks[i] = Ack{ID: a.ID, Partition: a.Partition, Offset: a.Offset, At: at}
+			}
+			p.o.OnAck(acks)
+		}
 		return nil
 	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 		return &retryableError{fmt.Errorf("HTTP %s: %s", resp.Status, clip(raw))}

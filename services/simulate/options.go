@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"time"
 
 	"github.com/rolloutledger/rolloutledger/events"
 )
@@ -84,6 +85,10 @@ type Options struct {
 	// the plan's own policy versions. Turns keep the versions the plan
 	// assigned them, so event content stays a function of the seed.
 	Trainer bool
+	// OnAck, when set, is called with every acknowledged request's events
+	// and where Kafka stored them, from the pushing goroutines: for
+	// latency measurements.
+	OnAck func([]Ack)
 	// Token, when set, is sent as "Authorization: Bearer <Token>".
 	Token string
 	// Client sends the requests; nil means a client with a 30 s timeout and
@@ -91,6 +96,14 @@ type Options struct {
 	Client *http.Client
 	// Logger receives progress and retries; nil discards.
 	Logger *slog.Logger
+}
+
+// Ack is one acknowledged event: its position and when the answer came.
+type Ack struct {
+	ID        string
+	Partition int32
+	Offset    int64
+	At        time.Time
 }
 
 // Validate reports every problem of o at once, joined with errors.Join. Zero

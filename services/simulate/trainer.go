@@ -56,6 +56,10 @@ type TrainerStep struct {
 	PassRate       float64 `json:"pass_rate"`
 	TokensPerSolve float64 `json:"tokens_per_solve"`
 	SampleLines    int     `json:"sample_lines"`
+	// Watermark is the position of the fact that sealed the batch, and
+	// Received when the trainer had its manifest.
+	Watermark projections.LogPosition `json:"watermark"`
+	Received  time.Time               `json:"-"`
 }
 
 // MaskedFraction is the share of the batch's turns that do not train.
@@ -88,6 +92,7 @@ func Train(ctx context.Context, o TrainerOptions) ([]TrainerStep, error) {
 	var idleSince time.Time
 	for k := 1; k <= o.Steps; k++ {
 		m, ok, err := nextBatch(ctx, o, base, k)
+		received := time.Now()
 		if err != nil {
 			return steps, err
 		}
@@ -112,6 +117,7 @@ func Train(ctx context.Context, o TrainerOptions) ([]TrainerStep, error) {
 			return steps, err
 		}
 		st := observe(m, lines)
+		st.Watermark, st.Received = m.Watermark, received
 		if err := report(ctx, p, o, m, st); err != nil {
 			return steps, err
 		}
