@@ -47,6 +47,10 @@ type Options struct {
 	Only []string
 	// DataDir holds the projector's state (DataDir/projector).
 	DataDir string
+	// ProjectorPartitions are the facts partitions this instance's
+	// projector owns; nil means all. Instances that split a topic's
+	// partitions between them must each have their own DataDir.
+	ProjectorPartitions []int
 	// Logger is the stack's logger; nil discards.
 	Logger *slog.Logger
 }
@@ -123,7 +127,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		(&ingest.Service{Appender: s.writer, Logger: log}).Register(mux)
 	}
 	if slices.Contains(o.Only, ServiceProjector) {
-		p, err := projector.Open(projector.Options{Kafka: o.Kafka, Dir: filepath.Join(o.DataDir, "projector"), Logger: log})
+		p, err := projector.Open(projector.Options{Kafka: o.Kafka, Dir: filepath.Join(o.DataDir, "projector"), Partitions: o.ProjectorPartitions, Logger: log})
 		if err != nil {
 			s.closeWriter()
 			return nil, err

@@ -11,6 +11,7 @@ import (
 
 func newServeCmd(g *globals) *cobra.Command {
 	var addr, only, data string
+	var own []int
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the services against real Kafka (and Postgres)",
@@ -22,6 +23,7 @@ this build provides).`,
 	kf := addKafkaFlags(cmd)
 	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:7070", "HTTP listen address")
 	cmd.Flags().StringVar(&data, "data", "./.rolloutledger", "directory for the projector's state")
+	cmd.Flags().IntSliceVar(&own, "own-partitions", nil, "facts partitions this instance's projector owns, e.g. 0,1,2 (default: all)")
 	cmd.Flags().StringVar(&only, "only", "", "comma-separated services to run (ingest, projector, pgsink, api)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		log, err := g.logger("json")
@@ -34,7 +36,7 @@ this build provides).`,
 				services = append(services, s)
 			}
 		}
-		s, err := stack.Start(cmd.Context(), stack.Options{Addr: addr, Kafka: kf.config(), Only: services, DataDir: data, Logger: log})
+		s, err := stack.Start(cmd.Context(), stack.Options{Addr: addr, Kafka: kf.config(), Only: services, DataDir: data, ProjectorPartitions: own, Logger: log})
 		if err != nil {
 			return err
 		}
