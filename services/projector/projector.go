@@ -159,16 +159,23 @@ func (p *Projector) runPartition(ctx context.Context, part int) error {
 	}
 }
 
-// readWindow blocks for one record, then takes whatever else is already
-// fetched, up to max, so a busy partition folds many records per commit and
-// an idle one answers within milliseconds.
+// maxWindowAge bounds how long a window collects records after its first:
+// a decision waits at most this long, plus the fold and the commit, before
+// it leaves, however busy the partition.
+const maxWindowAge = 10 * time.Millisecond
+
+// readWindow blocks for one record, then takes whatever else arrives within
+// 2 ms of the previous one, up to max records and maxWindowAge, so a busy
+// partition folds many records per commit and every decision still leaves
+// within milliseconds.
 func readWindow(ctx context.Context, r *kafka.Reader, max int) ([]kafka.Message, error) {
 	m, err := r.ReadMessage(ctx)
 	if err != nil {
 		return nil, err
 	}
 	out := []kafka.Message{m}
-	for len(out) < max {
+	deadline := time.Now().Add(maxWindowAge)
+	for len(out) < max && time.Now().Before(deadline) {
 		quick, cancel := context.WithTimeout(ctx, 2*time.Millisecond)
 		m, err := r.ReadMessage(quick)
 		cancel()

@@ -85,6 +85,9 @@ type Options struct {
 	// the plan's own policy versions. Turns keep the versions the plan
 	// assigned them, so event content stays a function of the seed.
 	Trainer bool
+	// Rate, when positive, caps the push at that many events per second
+	// (on average over windows): a steady load for latency measurements.
+	Rate float64
 	// OnAck, when set, is called with every acknowledged request's events
 	// and where Kafka stored them, from the pushing goroutines: for
 	// latency measurements.
@@ -129,6 +132,9 @@ func (o Options) Validate() error {
 	between("tasks", o.Tasks, maxTasks)
 	between("steps", o.Steps, math.MaxInt32)
 	between("batch_groups", o.BatchGroups, math.MaxInt32)
+	if o.Rate < 0 {
+		bad("rate must not be negative, got %g", o.Rate)
+	}
 	if o.MaxStaleness > 1000 {
 		bad("max_staleness must be at most 1000, got %d", o.MaxStaleness)
 	}

@@ -209,9 +209,21 @@ func (p *pusher) pushPlan(ctx context.Context, plan *Plan) error {
 		workers.Wait()
 	}()
 	wins := windows(plan, windowSize(p.o, plan), p.published != nil)
+	start, released := time.Now(), 0
 	for i, w := range wins {
 		if err := p.pace(ctx, w); err != nil {
 			return err
+		}
+		if p.o.Rate > 0 {
+			for _, u := range w {
+				released += len(u.events)
+			}
+			due := start.Add(time.Duration(float64(released) / p.o.Rate * float64(time.Second)))
+			select {
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			case <-time.After(time.Until(due)):
+			}
 		}
 		done.Add(len(w))
 		for _, u := range w {

@@ -2,6 +2,7 @@ package stack_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -13,8 +14,8 @@ import (
 	"github.com/rolloutledger/rolloutledger/services/stack"
 )
 
-// BenchmarkSealLatency measures, under a simulated run pushed as fast as
-// ingest takes it, the time from Kafka's acknowledgment of the fact that
+// BenchmarkSealLatency measures, under a simulated run pushed at a steady
+// rate (5,000 and 10,000 facts/s), the time from Kafka's acknowledgment of the fact that
 // completes a batch (its watermark) to the trainer holding that batch's
 // manifest from GET .../batches/next. The trainer long-polls, so the figure
 // includes one HTTP round trip and, when the trainer was still busy with the
@@ -23,7 +24,15 @@ import (
 //	go test -run='^$' -bench=SealLatency -benchtime=1x ./services/stack/
 func BenchmarkSealLatency(b *testing.B) {
 	for _, be := range testenv.KafkaBackends() {
-		b.Run(be.Name, func(b *testing.B) {
+		for _, rate := range []float64{5000, 10000} {
+			b.Run(fmt.Sprintf("%s/%.0f-facts-per-s", be.Name, rate), func(b *testing.B) { sealLatency(b, be, rate) })
+		}
+	}
+}
+
+func sealLatency(b *testing.B, be testenv.Backend, rate float64) {
+	{
+		{
 			kc := be.Kafka(b)
 			s, err := stack.Start(context.Background(), stack.Options{Addr: "127.0.0.1:0", Kafka: kc, DataDir: b.TempDir()})
 			if err != nil {
@@ -37,7 +46,7 @@ func BenchmarkSealLatency(b *testing.B) {
 			var elapsed time.Duration
 			for i := 0; b.Loop(); i++ {
 				res, err := simulate.Run(context.Background(), simulate.Options{
-					URL: s.URL(), Seed: uint64(100 + i), Tasks: 96, Steps: 40, BatchGroups: 4, Trainer: true,
+					URL: s.URL(), Seed: uint64(100 + i), Tasks: 96, Steps: 40, BatchGroups: 4, Trainer: true, Rate: rate,
 					OnAck: func(acks []simulate.Ack) {
 						mu.Lock()
 						defer mu.Unlock()
@@ -69,6 +78,6 @@ func BenchmarkSealLatency(b *testing.B) {
 			b.ReportMetric(lat[len(lat)-1], "max-ms")
 			b.ReportMetric(float64(len(lat)), "batches")
 			b.ReportMetric(float64(facts)/elapsed.Seconds(), "facts/s")
-		})
+		}
 	}
 }
