@@ -29,6 +29,7 @@ func addSimFlags(cmd *cobra.Command, defaults simulate.Options) *simFlags {
 	f.Float64Var(&s.o.InfraFailureRate, "infra-failure-rate", defaults.InfraFailureRate, "fraction of attempts lost to infrastructure (0 = default 0.03)")
 	f.BoolVar(&s.o.Tokens, "tokens", defaults.Tokens, "inline token ids and logprobs in turns (10–50 KB per turn)")
 	f.BoolVar(&s.o.Trainer, "trainer", defaults.Trainer, "run a trainer stand-in that consumes sealed batches over HTTP and publishes the policy versions")
+	f.Float64Var(&s.o.Rate, "rate", defaults.Rate, "cap the push at this many events per second (0 = as fast as the ledger takes them)")
 	f.IntVar(&s.o.EventsPerRequest, "events-per-request", defaults.EventsPerRequest, "events per POST (0 = default 256)")
 	return s
 }
