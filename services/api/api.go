@@ -64,6 +64,31 @@ func seqParam(w http.ResponseWriter, s string, name string, min uint64) (uint64,
 	return n, true
 }
 
+// batchParams reads the {run} and {seq} of a batch route, answering 400
+// when either is malformed.
+func batchParams(w http.ResponseWriter, r *http.Request) (string, uint64, bool) {
+	run, ok := runParam(w, r)
+	if !ok {
+		return "", 0, false
+	}
+	seq, ok := seqParam(w, r.PathValue("seq"), "batch", 1)
+	return run, seq, ok
+}
+
+func notSealed(w http.ResponseWriter, run string, seq uint64) {
+	httpx.WriteError(w, http.StatusNotFound, "not_found", fmt.Sprintf("run %s has no sealed batch %d", run, seq))
+}
+
+// writeManifest answers with the manifest of a stored batch.sealed record.
+func (s *Service) writeManifest(w http.ResponseWriter, value []byte) {
+	m, err := manifest(value)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeRaw(w, "application/json", append(m, '\n'))
+}
+
 // manifest is the data of a batch.sealed record: the manifest itself.
 func manifest(value []byte) (json.RawMessage, error) {
 	var d struct {
@@ -83,29 +108,19 @@ func writeRaw(w http.ResponseWriter, contentType string, b []byte) {
 }
 
 func (s *Service) batch(w http.ResponseWriter, r *http.Request) {
-	run, ok := runParam(w, r)
-	if !ok {
-		return
-	}
-	seq, ok := seqParam(w, r.PathValue("seq"), "batch", 1)
+	run, seq, ok := batchParams(w, r)
 	if !ok {
 		return
 	}
 	v, found, err := s.Projector.Decision(run, projections.KindBatchSealed, seq)
-	if err != nil {
+	switch {
+	case err != nil:
 		s.fail(w, err)
-		return
+	case !found:
+		notSealed(w, run, seq)
+	default:
+		s.writeManifest(w, v)
 	}
-	if !found {
-		httpx.WriteError(w, http.StatusNotFound, "not_found", fmt.Sprintf("run %s has no sealed batch %d", run, seq))
-		return
-	}
-	m, err := manifest(v)
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	writeRaw(w, "application/json", append(m, '\n'))
 }
 
 func (s *Service) nextBatch(w http.ResponseWriter, r *http.Request) {
@@ -139,33 +154,23 @@ func (s *Service) nextBatch(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	m, err := manifest(v)
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	writeRaw(w, "application/json", append(m, '\n'))
+	s.writeManifest(w, v)
 }
 
 func (s *Service) samples(w http.ResponseWriter, r *http.Request) {
-	run, ok := runParam(w, r)
-	if !ok {
-		return
-	}
-	seq, ok := seqParam(w, r.PathValue("seq"), "batch", 1)
+	run, seq, ok := batchParams(w, r)
 	if !ok {
 		return
 	}
 	v, found, err := s.Projector.Samples(run, seq)
-	if err != nil {
+	switch {
+	case err != nil:
 		s.fail(w, err)
-		return
+	case !found:
+		notSealed(w, run, seq)
+	default:
+		writeRaw(w, "application/x-ndjson", v)
 	}
-	if !found {
-		httpx.WriteError(w, http.StatusNotFound, "not_found", fmt.Sprintf("run %s has no sealed batch %d", run, seq))
-		return
-	}
-	writeRaw(w, "application/x-ndjson", v)
 }
 
 func (s *Service) task(w http.ResponseWriter, r *http.Request) {
