@@ -122,7 +122,7 @@ func decodeOne(record []byte) (Event, *FieldError) {
 		return Event{}, fieldErr("run", ErrInvalidValue, "%q is not a run id ([A-Za-z0-9._-]{1,128}, not . or ..)", clip(env.Run))
 	}
 	at, err := time.Parse(time.RFC3339Nano, env.At)
-	if err != nil {
+	if err != nil || !strictRFC3339(env.At) {
 		return Event{}, fieldErr("at", ErrInvalidValue, "%q is not an RFC 3339 time", clip(env.At))
 	}
 	// The canonical form writes `at` in UTC; an offset that moves it out of
@@ -171,6 +171,44 @@ func Encode(ev Event) ([]byte, error) {
 		return nil, &FieldError{Err: ErrTooLarge, Detail: fmt.Sprintf("%d bytes encoded, more than %d", len(out), MaxRecordBytes)}
 	}
 	return out, nil
+}
+
+// strictRFC3339 accepts exactly YYYY-MM-DDTHH:MM:SS, an optional fraction
+// of 1 to 9 digits after a '.', and Z or an offset ±HH:MM with HH <= 23 and
+// MM <= 59. Go's parser also takes one-digit hours, a ',' before the
+// fraction and offsets such as +24:00, which other languages' clients
+// refuse; the ledger holds every producer to one grammar.
+func strictRFC3339(s string) bool {
+	digits := func(from, to int) bool {
+		for i := from; i < to; i++ {
+			if s[i] < '0' || s[i] > '9' {
+				return false
+			}
+		}
+		return true
+	}
+	if len(s) < 20 || !digits(0, 4) || s[4] != '-' || !digits(5, 7) || s[7] != '-' || !digits(8, 10) ||
+		s[10] != 'T' || !digits(11, 13) || s[13] != ':' || !digits(14, 16) || s[16] != ':' || !digits(17, 19) {
+		return false
+	}
+	i := 19
+	if s[i] == '.' {
+		j := i + 1
+		for j < len(s) && s[j] >= '0' && s[j] <= '9' {
+			j++
+		}
+		if n := j - i - 1; n < 1 || n > 9 {
+			return false
+		}
+		i = j
+	}
+	switch rest := s[i:]; {
+	case rest == "Z":
+		return true
+	case len(rest) == 6 && (rest[0] == '+' || rest[0] == '-') && rest[3] == ':':
+		return digits(i+1, i+3) && digits(i+4, i+6) && rest[1:3] <= "23" && rest[4:6] <= "59"
+	}
+	return false
 }
 
 // EncodeBatch encodes each event canonically. An event that cannot be

@@ -155,7 +155,7 @@ type ToolCalled struct {
 	Attempt     string `json:"attempt" rl:"id"`
 	Turn        int    `json:"turn"`
 	Call        int    `json:"call"`
-	Tool        string `json:"tool" rl:"id"`
+	Tool        string `json:"tool"`
 	ExitCode    int    `json:"exit_code" rl:"signed"`
 	DurationMS  int64  `json:"duration_ms"`
 	OutputBytes int64  `json:"output_bytes"`
