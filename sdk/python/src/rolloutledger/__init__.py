@@ -1,0 +1,81 @@
+"""rolloutledger: the Python client of the rolloutledger event ledger.
+
+Rollout workers append what happened (typed, validated facts, sent in
+order with safe retries); trainers long-poll sealed batches, read their
+samples as NumPy arrays and report their gradient steps. See README.md.
+"""
+
+from .client import Ack, Ledger
+from .errors import (
+    InfrastructureError,
+    LedgerError,
+    NotFoundError,
+    RejectedError,
+    ResumeError,
+    UnavailableError,
+    ValidationError,
+)
+from .facts import (
+    FACT_TYPES,
+    AttemptFailed,
+    AttemptFinished,
+    AttemptStarted,
+    ContextCompacted,
+    Event,
+    Fact,
+    Gate,
+    GradientApplied,
+    GroupClosed,
+    GroupStarted,
+    PolicyPublished,
+    RewardComputed,
+    RunConfig,
+    RunStarted,
+    TaskRegistered,
+    ToolCalled,
+    TurnGenerated,
+)
+from .ids import uuid7
+from .samples import Batch, Sample, SampleBatch
+from .trainer import TrainerState
+from .validation import validate_body
+from .worker import Attempt
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Ack",
+    "Attempt",
+    "AttemptFailed",
+    "AttemptFinished",
+    "AttemptStarted",
+    "Batch",
+    "ContextCompacted",
+    "Event",
+    "FACT_TYPES",
+    "Fact",
+    "Gate",
+    "GradientApplied",
+    "GroupClosed",
+    "GroupStarted",
+    "InfrastructureError",
+    "Ledger",
+    "LedgerError",
+    "NotFoundError",
+    "PolicyPublished",
+    "RejectedError",
+    "ResumeError",
+    "RewardComputed",
+    "RunConfig",
+    "RunStarted",
+    "Sample",
+    "SampleBatch",
+    "TaskRegistered",
+    "ToolCalled",
+    "TrainerState",
+    "TurnGenerated",
+    "UnavailableError",
+    "ValidationError",
+    "uuid7",
+    "validate_body",
+]

@@ -1,0 +1,116 @@
+"""A small HTTP/1.1 transport over http.client: one keep-alive connection per
+thread, rebuilt after any error."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import urllib.parse
+
+from . import errors as E
+
+__all__ = ["Transport", "Response", "TRANSIENT_STATUSES", "TRANSPORT_ERRORS", "error_from_response"]
+
+# Answers after which the same request may simply be sent again.
+TRANSIENT_STATUSES = frozenset({429, 502, 503, 504})
+# Failures of the connection itself: the request may or may not have arrived.
+TRANSPORT_ERRORS = (OSError, http.client.HTTPException)
+
+
+class Response:
+    __slots__ = ("status", "headers", "body")
+
+    def __init__(self, status: int, headers, body: bytes):
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+    def json(self):
+        return json.loads(self.body)
+
+
+class Transport:
+    def __init__(self, url: str, *, token: str | None = None, user_agent: str = "rolloutledger-python"):
+        u = urllib.parse.urlsplit(url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError(f"ledger URL {url!r}: want http://host:port or https://host:port")
+        self.scheme = u.scheme
+        self.host = u.hostname
+        self.port = u.port
+        self.prefix = u.path.rstrip("/")
+        self.token = token
+        self.user_agent = user_agent
+        self._local = threading.local()
+
+    def _conn(self, timeout: float) -> http.client.HTTPConnection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
+            conn = cls(self.host, self.port, timeout=timeout)
+            self._local.conn = conn
+        conn.timeout = timeout
+        if conn.sock is not None:
+            conn.sock.settimeout(timeout)
+        return conn
+
+    def close(self):
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: bytes | None = None,
+        headers: dict | None = None,
+        timeout: float = 30.0,
+    ) -> Response:
+        """Sends one request and reads the whole answer. Raises one of
+        TRANSPORT_ERRORS when the connection fails; the connection is then
+        dropped and the next request opens a new one."""
+        h = {"User-Agent": self.user_agent, "Accept": "application/json"}
+        if self.token:
+            h["Authorization"] = "Bearer " + self.token
+        if headers:
+            h.update(headers)
+        conn = self._conn(timeout)
+        try:
+            conn.request(method, self.prefix + path, body=body, headers=h)
+            resp = conn.getresponse()
+            data = resp.read()
+        except BaseException:
+            conn.close()
+            self._local.conn = None
+            raise
+        if resp.will_close:
+            conn.close()
+            self._local.conn = None
+        return Response(resp.status, resp.headers, data)
+
+
+def error_from_response(resp: Response, what: str) -> E.LedgerError:
+    """The exception for a non-success answer, carrying the server's error
+    body {"error": {"code", "message", "index"?, "field"?}} when there is
+    one."""
+    code, message, index, field = "", "", None, ""
+    try:
+        detail = json.loads(resp.body)["error"]
+        code = str(detail.get("code", ""))
+        message = str(detail.get("message", ""))
+        index = detail.get("index")
+        field = str(detail.get("field", "") or "")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        message = resp.body[:500].decode("utf-8", "replace").strip()
+    message = message or f"{what}: HTTP {resp.status}"
+    kw = dict(status=resp.status, code=code, index=index, field=field)
+    if resp.status == 404:
+        return E.NotFoundError(message, **kw)
+    if resp.status in TRANSIENT_STATUSES:
+        return E.UnavailableError(message, **kw)
+    if 400 <= resp.status < 500:
+        return E.RejectedError(message, **kw)
+    return E.LedgerError(message, **kw)

@@ -1,0 +1,144 @@
+"""Every fact type through a live ledger and back: a small run posted with
+the SDK seals batches whose manifests and samples show what was posted, at
+the positions the ledger acknowledged."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+
+import numpy as np
+import pytest
+
+import rolloutledger as rl
+from helpers import check_for, small_run_events
+
+
+def test_every_fact_type_round_trip(ledger, run_id):
+    events, expected = small_run_events(run_id, train_groups=2)
+    assert {e.type for e in events} == set(rl.FACT_TYPES) - {"gradient.applied", "policy.published"}
+    acks = ledger.post(events)
+    assert [a.id for a in acks] == [e.id for e in events]
+    assert len({(a.partition, a.offset) for a in acks}) == len(acks)
+    assert len({a.partition for a in acks}) == 1, "one run's facts share a partition"
+    offsets = [a.offset for a in acks]
+    assert offsets == sorted(offsets), "a request's events are appended in order"
+    pos = {e.id: (a.partition, a.offset) for e, a in zip(events, acks)}
+
+    assert check_for(lambda: ledger.status(run_id)["batches_sealed"] >= 2, what="two sealed batches")
+    assert ledger.task(run_id, "t-1")["decision"] == "admitted"
+
+    batches = list(ledger.batches(run_id, start_after=0, max_batches=2, wait=5))
+    assert [b.seq for b in batches] == [1, 2]
+    for b, group in zip(batches, ["train-0", "train-1"]):
+        assert b.run == run_id and b.digest.startswith("sha256:")
+        assert [g["group"] for g in b.groups] == [group]
+        attempts = b.groups[0]["attempts"]
+        assert [a["attempt"] for a in attempts] == [f"{group}/a0", f"{group}/a1"]
+        assert attempts[0]["score"] == 1 and attempts[1]["score"] == 0.25
+        # The manifest's turn positions are the acknowledged ones.
+        turn_events = {(e.data.attempt, e.data.turn): e.id for e in events if e.type == "turn.generated"}
+        for a in attempts:
+            assert [t["policy_version"] for t in a["turns"]] == [0, 0, 0]
+            for t in a["turns"]:
+                assert (t["partition"], t["offset"]) == pos[turn_events[(a["attempt"], t["turn"])]]
+                assert t["trained"] and t["staleness"] == b.seq - 1
+
+        samples = b.samples()
+        # One line per attempt and segment: the compaction after turn 1
+        # starts segment 1.
+        assert [(s.attempt, s.segment) for s in samples] == [
+            (f"{group}/a0", 0), (f"{group}/a0", 1), (f"{group}/a1", 0), (f"{group}/a1", 1)]
+        for s in samples:
+            turns = [t for t in expected[s.attempt] if t["segment"] == s.segment]
+            want_ids = [x for t in turns for x in t["obs"] + t["ids"]]
+            want_mask = [m for t in turns for m in [0] * len(t["obs"]) + [1] * len(t["ids"])]
+            want_lps = [x for t in turns for x in [0.0] * len(t["obs"]) + t["lps"]]
+            assert s.token_ids.dtype == np.int32 and s.token_ids.tolist() == want_ids
+            assert s.loss_mask.dtype == np.int8 and s.loss_mask.tolist() == want_mask
+            assert s.rollout_logprobs.dtype == np.float32 and s.rollout_logprobs.tolist() == want_lps
+            assert s.policy_versions.dtype == np.int64 and set(s.policy_versions.tolist()) == {0}
+            adv = next(a["advantage"] for a in attempts if a["attempt"] == s.attempt)
+            assert s.advantage == adv
+            assert np.allclose(s.advantages, np.array(want_mask) * adv)
+
+        p = samples.padded()
+        assert p["token_ids"].shape == (4, max(len(s) for s in samples))
+        assert p["lengths"].tolist() == [len(s) for s in samples]
+        assert (p["attention_mask"].sum(axis=1) == p["lengths"]).all()
+        k = samples.packed()
+        assert k["cu_seqlens"].tolist()[-1] == samples.num_tokens == len(k["token_ids"])
+
+    # The trainer's reports: a correct digest leaves no finding, a wrong one
+    # is caught by the ledger's audit.
+    before = ledger.status(run_id)["findings"]
+    ledger.gradient_applied(batches[0], loss=0.1, trained_tokens=24, truncated_fraction=0.0,
+                            logprob_gap={0: 0.01}, grad_norm=0.5,
+                            publish={"checkpoint": "ckpt/1", "digest": "sha256:aa", "precision": "fp32"})
+    ledger.policy_published(run_id, version=2, checkpoint="ckpt/2", digest="sha256:bb", precision="fp32")
+    wrong = rl.Batch(dict(batches[1].manifest, digest="sha256:" + "0" * 64))
+    ledger.gradient_applied(wrong, loss=0.1, trained_tokens=24, truncated_fraction=0.0, logprob_gap={}, grad_norm=0.5)
+    assert check_for(lambda: ledger.status(run_id)["findings"] == before + 1, what="a digest mismatch finding")
+
+
+def test_batches_long_poll(ledger, run_id):
+    events, _ = small_run_events(run_id, train_groups=1)
+    assert ledger.next_batch(run_id, 0, wait=0.2) is None  # 204 before the run exists
+    ledger.post(events[:-6])  # the second train attempt's reward is missing
+    assert ledger.next_batch(run_id, 0, wait=0.3) is None
+    got = []
+    import threading
+
+    t = threading.Thread(target=lambda: got.extend(ledger.batches(run_id, max_batches=1, wait=10)))
+    t.start()
+    ledger.post(events[-6:])
+    t.join(20)
+    assert [b.seq for b in got] == [1]
+    assert list(ledger.batches(run_id, start_after=1, idle_timeout=0.3, wait=0.1)) == []
+    with pytest.raises(rl.NotFoundError) as ei:
+        ledger.batch(run_id, 9)
+    assert ei.value.status == 404 and ei.value.code == "not_found"
+
+
+def test_to_torch(ledger, run_id, monkeypatch):
+    events, _ = small_run_events(run_id, train_groups=1)
+    ledger.post(events)
+    (b,) = list(ledger.batches(run_id, max_batches=1, wait=10))
+    samples = b.samples()
+    try:
+        import torch
+    except ImportError:
+        monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
+        with pytest.raises(ImportError, match="pip install torch"):
+            samples.to_torch()
+        # A stand-in with torch's as_tensor exercises the conversion.
+        stub = types.ModuleType("torch")
+        stub.as_tensor = lambda a, device=None: ("tensor", np.asarray(a), device)
+        monkeypatch.setitem(sys.modules, "torch", stub)
+        t = samples.to_torch(device="cpu")
+        assert t["token_ids"][1].dtype == np.int64 and t["loss_mask"][1].dtype == bool
+        assert t["token_ids"][2] == "cpu"
+        one = samples[0].to_torch()
+        assert one["advantages"][1].dtype == np.float32
+        return
+    t = samples.to_torch()
+    assert tuple(t["token_ids"].shape) == samples.padded()["token_ids"].shape
+    assert t["loss_mask"].dtype == torch.bool
+
+
+def test_canonical_bytes_are_what_the_ledger_stores(ledger, run_id):
+    """The same fact sent as the SDK encodes it and spaced otherwise is one
+    fact to the ledger: the server stores canonical bytes, so the copies
+    are plain duplicates, not conflicting ones."""
+    events, _ = small_run_events(run_id, train_groups=1)
+    rec = events[0].encode()
+    spaced = json.dumps(json.loads(rec), indent=2, ensure_ascii=True).encode()
+    assert spaced != rec
+    ledger.post_body(rec)
+    ledger.post_body(spaced)
+    acks = ledger.post(events)
+    (b,) = list(ledger.batches(run_id, max_batches=1, wait=10))  # everything before it was applied
+    sealed_by = [(a.partition, a.offset) for a in acks].index((b.watermark["partition"], b.watermark["offset"]))
+    assert b.tree["size"] == 2 + sealed_by + 1, "the fact sequence counts the two copies"
+    assert ledger.status(run_id)["findings"] == 0
