@@ -20,6 +20,7 @@ import (
 	"github.com/rolloutledger/rolloutledger/services/httpx"
 	"github.com/rolloutledger/rolloutledger/services/ingest"
 	"github.com/rolloutledger/rolloutledger/services/kafkalog"
+	"github.com/rolloutledger/rolloutledger/services/pgsink"
 	"github.com/rolloutledger/rolloutledger/services/projector"
 )
 
@@ -31,11 +32,12 @@ const (
 	ServiceAPI       = "api"
 )
 
-// Available lists the services this build can run.
-var Available = []string{ServiceIngest, ServiceProjector, ServiceAPI}
+// Available lists the services this build can run. The pgsink runs only
+// with a database URL.
+var Available = []string{ServiceIngest, ServiceProjector, ServicePgsink, ServiceAPI}
 
 // Planned lists services the contract names that this build does not run yet.
-var Planned = []string{ServicePgsink}
+var Planned = []string{}
 
 // Options configure a Stack.
 type Options struct {
@@ -47,6 +49,12 @@ type Options struct {
 	Only []string
 	// DataDir holds the projector's state (DataDir/projector).
 	DataDir string
+	// DatabaseURL is the Postgres of the analysts' read model; the pgsink
+	// runs when it is set (and, with Only, when named). Its migrations are
+	// applied on start.
+	DatabaseURL string
+	// PostgresSchema is the read model's schema [pgsink.DefaultSchema].
+	PostgresSchema string
 	// ProjectorPartitions are the facts partitions this instance's
 	// projector owns; nil means all. Instances that split a topic's
 	// partitions between them must each have their own DataDir.
@@ -77,6 +85,9 @@ func (o Options) Validate() error {
 	if slices.Contains(only, ServiceAPI) && !slices.Contains(only, ServiceProjector) {
 		errs = append(errs, errors.New("stack: the api serves the projector's state and runs in the projector's process: add projector to --only"))
 	}
+	if slices.Contains(only, ServicePgsink) && o.DatabaseURL == "" {
+		errs = append(errs, errors.New("stack: the pgsink needs a database URL (--database-url or $DATABASE_URL)"))
+	}
 	if slices.Contains(only, ServiceProjector) && o.DataDir == "" {
 		errs = append(errs, errors.New("stack: the projector needs a data directory for its state"))
 	}
@@ -84,10 +95,13 @@ func (o Options) Validate() error {
 }
 
 func (o Options) services() []string {
-	if len(o.Only) == 0 {
-		return Available
+	if len(o.Only) > 0 {
+		return o.Only
 	}
-	return o.Only
+	if o.DatabaseURL == "" {
+		return slices.DeleteFunc(slices.Clone(Available), func(s string) bool { return s == ServicePgsink })
+	}
+	return Available
 }
 
 // Stack is a running set of services.
@@ -103,6 +117,10 @@ type Stack struct {
 	proj     *projector.Projector
 	stopProj context.CancelFunc
 	projDone chan struct{}
+
+	sink     *pgsink.Sink
+	stopSink context.CancelFunc
+	sinkDone chan struct{}
 }
 
 // Start bootstraps the topics, starts the services and begins serving HTTP.
@@ -137,6 +155,24 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 			(&api.Service{Projector: p, Logger: log}).Register(mux)
 		}
 	}
+	if slices.Contains(o.Only, ServicePgsink) {
+		if _, err := pgsink.Migrate(ctx, o.DatabaseURL, o.PostgresSchema, log); err != nil {
+			s.closeWriter()
+			if s.proj != nil {
+				s.proj.Close()
+			}
+			return nil, err
+		}
+		sink, err := pgsink.New(pgsink.Options{Kafka: o.Kafka, DatabaseURL: o.DatabaseURL, Schema: o.PostgresSchema, Logger: log})
+		if err != nil {
+			s.closeWriter()
+			if s.proj != nil {
+				s.proj.Close()
+			}
+			return nil, err
+		}
+		s.sink = sink
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
 	})
@@ -161,6 +197,16 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 				default:
 				}
 			}
+		}()
+	}
+	if s.sink != nil {
+		// The sink retries every failure itself; it returns only when
+		// stopped.
+		sctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+		s.stopSink, s.sinkDone = stop, make(chan struct{})
+		go func() {
+			defer close(s.sinkDone)
+			_ = s.sink.Run(sctx)
 		}()
 	}
 	s.srv = &http.Server{
@@ -197,8 +243,15 @@ func (s *Stack) Shutdown(ctx context.Context) error {
 		<-s.projDone
 		err = errors.Join(err, s.proj.Close())
 	}
+	if s.sink != nil {
+		s.stopSink()
+		<-s.sinkDone
+	}
 	return errors.Join(err, s.closeWriter())
 }
+
+// Sink is the stack's Postgres sink, nil when it does not run one.
+func (s *Stack) Sink() *pgsink.Sink { return s.sink }
 
 // Projector is the stack's projector, nil when it does not run one.
 func (s *Stack) Projector() *projector.Projector { return s.proj }

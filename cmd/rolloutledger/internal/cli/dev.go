@@ -18,6 +18,7 @@ func newDevCmd(g *globals) *cobra.Command {
 	var addr, kafkaAddr, data, prefix string
 	var partitions int
 	var fsync bool
+	var dbURL func() string
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run everything in one process on embedded defaults (in-process Kafka broker, HTTP on loopback)",
@@ -33,7 +34,7 @@ event.`,
 			}
 			d, err := startDev(cmd.Context(), devOptions{
 				Addr: addr, KafkaAddr: kafkaAddr, Data: data, TopicPrefix: prefix,
-				Partitions: partitions, SyncWrites: fsync, Logger: log,
+				Partitions: partitions, SyncWrites: fsync, Logger: log, DatabaseURL: dbURL(),
 			})
 			if err != nil {
 				return err
@@ -53,6 +54,7 @@ event.`,
 	cmd.Flags().StringVar(&data, "data", "./.rolloutledger", "directory for the broker's data and the projections' state")
 	cmd.Flags().StringVar(&prefix, "topic-prefix", kafkalog.DefaultTopicPrefix, "prefix of the topics")
 	cmd.Flags().IntVar(&partitions, "partitions", 12, "partitions of each topic")
+	dbURL = addDatabaseFlag(cmd)
 	cmd.Flags().BoolVar(&fsync, "fsync", false, "fsync every produced batch (survives machine crashes, not only process crashes)")
 	return cmd
 }
@@ -62,6 +64,9 @@ type devOptions struct {
 	Partitions                         int
 	SyncWrites                         bool
 	Logger                             *slog.Logger
+
+	// DatabaseURL, when set, runs the Postgres projection too.
+	DatabaseURL string
 }
 
 // devStack is the embedded broker plus the services over it.
@@ -80,7 +85,7 @@ func startDev(ctx context.Context, o devOptions) (*devStack, error) {
 		return nil, err
 	}
 	kc := kafkalog.Config{Brokers: []string{b.Addr()}, TopicPrefix: o.TopicPrefix, Partitions: o.Partitions}
-	s, err := stack.Start(ctx, stack.Options{Addr: o.Addr, Kafka: kc, DataDir: o.Data, Logger: o.Logger})
+	s, err := stack.Start(ctx, stack.Options{Addr: o.Addr, Kafka: kc, DataDir: o.Data, Logger: o.Logger, DatabaseURL: o.DatabaseURL})
 	if err != nil {
 		b.Close()
 		return nil, err

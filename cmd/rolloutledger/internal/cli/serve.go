@@ -17,13 +17,15 @@ func newServeCmd(g *globals) *cobra.Command {
 		Short: "Run the services against real Kafka (and Postgres)",
 		Long: `serve runs the ledger's services against the Kafka cluster at --brokers.
 --only picks a subset: ingest, projector, pgsink, api (default: every service
-this build provides).`,
+this build provides; the pgsink when --database-url or $DATABASE_URL is set,
+after applying the Postgres migrations).`,
 		Args: cobra.NoArgs,
 	}
 	kf := addKafkaFlags(cmd)
 	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:7070", "HTTP listen address")
 	cmd.Flags().StringVar(&data, "data", "./.rolloutledger", "directory for the projector's state")
 	cmd.Flags().IntSliceVar(&own, "own-partitions", nil, "facts partitions this instance's projector owns, e.g. 0,1,2 (default: all)")
+	dbURL := addDatabaseFlag(cmd)
 	cmd.Flags().StringVar(&only, "only", "", "comma-separated services to run (ingest, projector, pgsink, api)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		log, err := g.logger("json")
@@ -36,7 +38,7 @@ this build provides).`,
 				services = append(services, s)
 			}
 		}
-		s, err := stack.Start(cmd.Context(), stack.Options{Addr: addr, Kafka: kf.config(), Only: services, DataDir: data, ProjectorPartitions: own, Logger: log})
+		s, err := stack.Start(cmd.Context(), stack.Options{Addr: addr, Kafka: kf.config(), Only: services, DataDir: data, ProjectorPartitions: own, Logger: log, DatabaseURL: dbURL()})
 		if err != nil {
 			return err
 		}

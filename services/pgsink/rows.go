@@ -1,0 +1,228 @@
+package pgsink
+
+import (
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/projections"
+)
+
+// kindAuditCheckpoint is the decision committing to a run's history every
+// 10,000 facts (DESIGN.md §6).
+const kindAuditCheckpoint = "audit.checkpoint"
+
+// rowSet is rows of some records, per table, in record order.
+type rowSet struct {
+	rows [numTables][][]any
+}
+
+func (rs *rowSet) add(t tableID, row ...any) {
+	rs.rows[t] = append(rs.rows[t], row)
+}
+
+// addRecord turns one record of the facts or decisions topic into rows. A
+// record that cannot be stored becomes a skipped_records row, so that it
+// is accounted for and the offsets still move past it.
+func (rs *rowSet) addRecord(m kafka.Message, facts bool) {
+	var reason string
+	if facts {
+		reason = rs.addFact(m)
+	} else {
+		reason = rs.addDecision(m)
+	}
+	if reason != "" {
+		rs.add(tSkipped, m.Topic, int32(m.Partition), m.Offset, reason)
+	}
+}
+
+func eventUUID(id string) (pgtype.UUID, bool) {
+	u, err := uuid.Parse(id)
+	if err != nil {
+		return pgtype.UUID{}, false
+	}
+	return pgtype.UUID{Bytes: u, Valid: true}, true
+}
+
+// addFact adds the rows of one fact, or says why it has none.
+func (rs *rowSet) addFact(m kafka.Message) string {
+	ev, err := events.Decode(m.Value)
+	if err != nil {
+		return "undecodable fact: " + err.Error()
+	}
+	id, ok := eventUUID(ev.ID)
+	if !ok {
+		return "fact id is not a UUID"
+	}
+	part, off := int32(m.Partition), m.Offset
+	common := func(tail ...any) []any {
+		return append([]any{id, ev.Run, ev.Source, ev.At, part, off}, tail...)
+	}
+	switch d := ev.Data.(type) {
+	case *events.RunStarted:
+		c := d.Config.Resolve()
+		declared, err := json.Marshal(d.Config)
+		if err != nil {
+			return "run config: " + err.Error()
+		}
+		rs.add(tRuns, common(d.Model, d.Harness, d.Notes, int32(c.GroupSize), int32(c.BatchGroups), int32(c.MinGroup),
+			int32(c.MaxStaleness), c.PassBand[0], c.PassBand[1], int32(c.MinProbes), c.EnforceAdmission,
+			c.PartialCreditCap, c.EfficiencyWeight, c.Advantage, string(declared))...)
+	case *events.TaskRegistered:
+		rs.add(tTasks, common(d.Task, d.Source, d.Kind, int64(d.Tier))...)
+		for i, g := range d.Gates {
+			rs.add(tTaskGates, id, int32(i), g.Name, g.Passed, part, off)
+		}
+	case *events.GroupStarted:
+		rs.add(tGroups, common(d.Group, d.Task, int64(d.Size), d.Purpose)...)
+	case *events.GroupClosed:
+		rs.add(tGroupClosures, common(d.Group, d.Reason)...)
+	case *events.AttemptStarted:
+		var retryOf any
+		if d.RetryOf != "" {
+			retryOf = d.RetryOf
+		}
+		rs.add(tAttempts, common(d.Attempt, d.Group, d.Task, d.Engine, d.VM, d.ForkMS, retryOf)...)
+	case *events.AttemptFinished:
+		rs.add(tAttemptOutcomes, common(d.Attempt, d.Outcome)...)
+	case *events.AttemptFailed:
+		rs.add(tAttemptFailures, common(d.Attempt, d.Reason)...)
+	case *events.TurnGenerated:
+		rs.add(tTurns, common(d.Attempt, int64(d.Turn), d.PolicyVersion, d.PromptTokens, d.CompletionTokens,
+			d.CachedTokens, int64(len(d.ObservationTokenIDs)), int64(len(d.TokenIDs)), d.Finish, d.LatencyMS)...)
+	case *events.ToolCalled:
+		rs.add(tToolCalls, common(d.Attempt, int64(d.Turn), int64(d.Call), d.Tool, int64(d.ExitCode), d.DurationMS,
+			d.OutputBytes, d.ToFile, d.Background, d.TimedOut)...)
+	case *events.ContextCompacted:
+		rs.add(tCompactions, common(d.Attempt, int64(d.Turn), d.TokensBefore, d.TokensAfter)...)
+	case *events.RewardComputed:
+		rs.add(tRewards, common(d.Attempt, d.Passed, int64(d.TestsPassed), int64(d.TestsTotal), d.Verifier)...)
+	case *events.PolicyPublished:
+		rs.add(tPolicyVersions, common(d.Version, d.Checkpoint, d.Digest, d.Precision)...)
+	case *events.GradientApplied:
+		rs.add(tGradientSteps, common(d.Step, d.Batch, d.BatchDigest, d.FromVersion, d.ToVersion, d.Loss,
+			d.TrainedTokens, d.TruncatedFraction, d.GradNorm)...)
+		for k, gap := range d.LogprobGap {
+			// Keys were checked by the decoder: non-negative integers.
+			s, err := strconv.ParseInt(k, 10, 64)
+			if err != nil {
+				return fmt.Sprintf("logprob_gap key %q", k)
+			}
+			rs.add(tGradientGaps, id, s, gap, part, off)
+		}
+	default:
+		return fmt.Sprintf("no table for fact type %s", ev.Type)
+	}
+	return ""
+}
+
+// addDecision adds the rows of one decision, or says why it has none.
+func (rs *rowSet) addDecision(m kafka.Message) string {
+	var env projections.Envelope
+	if err := json.Unmarshal(m.Value, &env); err != nil {
+		return "undecodable decision: " + err.Error()
+	}
+	id, ok := eventUUID(env.ID)
+	if !ok {
+		return "decision id is not a UUID"
+	}
+	part, off := int32(m.Partition), m.Offset
+	tail := []any{int32(env.RuleVersion), int64(env.Fact.Seq), env.Fact.Partition, env.Fact.Offset, part, off}
+	switch env.Type {
+	case projections.KindTaskAdmitted, projections.KindTaskRejected:
+		var a projections.Admission
+		if err := json.Unmarshal(env.Data, &a); err != nil {
+			return fmt.Sprintf("%s data: %v", env.Type, err)
+		}
+		decision := "admitted"
+		if env.Type == projections.KindTaskRejected {
+			decision = "rejected"
+		}
+		rs.add(tAdmissions, append([]any{id, env.Run, decision, a.Task, a.Probes, a.Passes, a.PassRate}, tail...)...)
+	case projections.KindAuditFinding:
+		var f projections.Finding
+		if err := json.Unmarshal(env.Data, &f); err != nil {
+			return fmt.Sprintf("%s data: %v", env.Type, err)
+		}
+		var turns any
+		if f.Turns != nil {
+			turns = f.Turns
+		}
+		var batch any
+		if f.Batch != 0 {
+			batch = int64(f.Batch)
+		}
+		rs.add(tAuditFindings, append([]any{id, env.Run, f.Kind, f.Detail, nullable(f.Event), nullable(string(f.Type)),
+			nullable(f.Task), nullable(f.Group), nullable(f.Attempt), turns, batch, nullable(f.Want), nullable(f.Got)}, tail...)...)
+	case projections.KindBatchSealed:
+		var b projections.Manifest
+		if err := json.Unmarshal(env.Data, &b); err != nil {
+			return fmt.Sprintf("%s data: %v", env.Type, err)
+		}
+		rs.addBatch(env, id, &b, part, off)
+	case kindAuditCheckpoint:
+		var cp struct {
+			Tree      projections.TreeHead `json:"tree"`
+			Decisions json.RawMessage      `json:"decisions"`
+		}
+		if err := json.Unmarshal(env.Data, &cp); err != nil {
+			return fmt.Sprintf("%s data: %v", env.Type, err)
+		}
+		if len(cp.Decisions) == 0 {
+			cp.Decisions = json.RawMessage("{}")
+		}
+		rs.add(tAuditCheckpoints, append([]any{id, env.Run, int64(cp.Tree.Size), cp.Tree.Root, string(cp.Decisions)}, tail...)...)
+	default:
+		return fmt.Sprintf("no table for decision type %s", env.Type)
+	}
+	return ""
+}
+
+func (rs *rowSet) addBatch(env projections.Envelope, id pgtype.UUID, b *projections.Manifest, part int32, off int64) {
+	k := int64(b.Seq)
+	rs.add(tBatches, env.Run, k, id, int64(b.TrainerVersion), int32(b.RuleVersion), b.Watermark.Partition, b.Watermark.Offset,
+		int64(b.Tree.Size), b.Tree.Root, b.Digest, int64(b.Stats.Groups), int64(b.Stats.Attempts), int64(b.Stats.Turns),
+		int64(b.Stats.TrainedTurns), int64(env.Fact.Seq), env.Fact.Partition, env.Fact.Offset, part, off)
+	for gi, g := range b.Groups {
+		rs.add(tBatchGroups, env.Run, k, g.Group, int32(gi), g.Task, g.Completed.Partition, g.Completed.Offset, part, off)
+		for _, a := range g.Attempts {
+			trained := int64(0)
+			for _, t := range a.Turns {
+				if t.Trained {
+					trained++
+				}
+				rs.add(tBatchTurns, env.Run, k, a.Attempt, t.Turn, t.PolicyVersion, t.Staleness, t.Trained, t.Partition, t.Offset, part, off)
+			}
+			// The batch's staleness split (DESIGN.md §5 rule 7), per attempt.
+			var inFlight, inQueue any
+			if n := len(a.Turns); n > 0 {
+				first, last := a.Turns[0].PolicyVersion, a.Turns[n-1].PolicyVersion
+				inFlight, inQueue = last-first, (k-1)-last
+			}
+			rs.add(tBatchAttempts, env.Run, k, g.Group, a.Attempt, a.Score, a.Bonus, a.Reward, a.Advantage,
+				a.CompletionTokens, int64(len(a.Turns)), trained, inFlight, inQueue, part, off)
+		}
+	}
+	for di, d := range b.Dropped {
+		rs.add(tBatchDrops, env.Run, k, int32(di), d.Group, d.Task, d.Reason, part, off)
+	}
+}
+
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// fingerprint identifies a record's content.
+func fingerprint(value []byte) []byte {
+	s := sha256.Sum256(value)
+	return s[:]
+}

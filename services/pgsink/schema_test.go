@@ -1,0 +1,221 @@
+package pgsink_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/rolloutledger/rolloutledger/internal/testenv"
+	"github.com/rolloutledger/rolloutledger/services/pgsink"
+	"github.com/rolloutledger/rolloutledger/services/simulate"
+)
+
+// An analyst's login role granted rolloutledger_reader reads every table
+// and view, and can change nothing.
+func TestReaderRoleOnlyReads(t *testing.T) {
+	url := testenv.Postgres(t)
+	schema := testenv.Schema(t, url)
+	if _, err := pgsink.Migrate(context.Background(), url, schema, nil); err != nil {
+		t.Fatal(err)
+	}
+	admin := connect(t, url)
+	ctx := context.Background()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	role, password := "rl_analyst_"+hex.EncodeToString(b[:]), "pw-"+hex.EncodeToString(b[:])
+	if _, err := admin.Exec(ctx, fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD '%s'", role, password)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = admin.Exec(context.Background(), "DROP OWNED BY "+role)
+		_, _ = admin.Exec(context.Background(), "DROP ROLE "+role)
+	})
+	if _, err := admin.Exec(ctx, "GRANT rolloutledger_reader TO "+role); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.User, cfg.Password = role, password
+	analyst, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer analyst.Close(ctx)
+
+	// Every table and view can be read.
+	rows, err := admin.Query(ctx, `SELECT table_name FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1`, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) < 30 {
+		t.Fatalf("only %d tables and views in %s: %v", len(names), schema, names)
+	}
+	for _, n := range names {
+		if _, err := analyst.Exec(ctx, "SELECT * FROM "+pgx.Identifier{schema, n}.Sanitize()+" LIMIT 1"); err != nil {
+			t.Errorf("the reader cannot read %s: %v", n, err)
+		}
+	}
+	q := func(table string) string { return pgx.Identifier{schema, table}.Sanitize() }
+	for _, stmt := range []string{
+		"INSERT INTO " + q("prices") + " (run, prompt_per_mtok, cached_per_mtok, completion_per_mtok) VALUES ('r', 1, 1, 1)",
+		"UPDATE " + q("prices") + " SET prompt_per_mtok = 0",
+		"DELETE FROM " + q("prices"),
+		"DELETE FROM " + q("consumed_offsets"),
+		"TRUNCATE " + q("turns"),
+		"INSERT INTO " + q("runs") + " SELECT * FROM " + q("runs"),
+		"CREATE TABLE " + q("mine") + " (x int)",
+		"CREATE VIEW " + q("mine") + " AS SELECT 1",
+		"CREATE TABLE public.mine (x int)",
+		"CREATE SCHEMA mine",
+		"DROP TABLE " + q("turns"),
+		"ALTER TABLE " + q("turns") + " ADD COLUMN x int",
+	} {
+		_, err := analyst.Exec(ctx, stmt)
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "42501" {
+			t.Errorf("%s: got %v, want permission denied (42501)", stmt, err)
+		}
+	}
+	// A table a later migration adds is readable too (default privileges).
+	if _, err := admin.Exec(ctx, "CREATE TABLE "+q("later")+" (x int)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := analyst.Exec(ctx, "SELECT * FROM "+q("later")); err != nil {
+		t.Errorf("a table created later is not readable: %v", err)
+	}
+}
+
+// Migrating twice changes nothing; the schema names no schema of its own.
+func TestMigrateIsIdempotent(t *testing.T) {
+	url := testenv.Postgres(t)
+	schema := testenv.Schema(t, url)
+	first, err := pgsink.Migrate(context.Background(), url, schema, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := pgsink.Migrate(context.Background(), url, schema, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first.Applied) == 0 || len(again.Applied) != 0 || again.Version != first.Version {
+		t.Errorf("first %+v, again %+v: want everything applied once", first, again)
+	}
+	if _, err := pgsink.Migrate(context.Background(), url, "Robert'); DROP", nil); err == nil || !strings.Contains(err.Error(), "schema") {
+		t.Errorf("a hostile schema name: got %v, want refused", err)
+	}
+}
+
+// A rebuild swaps a fresh schema in under a running sink: analysts' prices
+// survive, the old schema goes, and the running sink notices the new
+// offsets and goes on writing the new schema.
+func TestRebuildSwapsUnderARunningSink(t *testing.T) {
+	kc, _ := testenv.EmbeddedKafka(t, "")
+	url := testenv.Postgres(t)
+	schema := testenv.Schema(t, url)
+	s := startLedger(t, kc, url, schema)
+	o := small("before-rebuild", 5)
+	o.URL, o.Tasks, o.Steps, o.Trainer = s.URL(), 12, 1, false
+	if _, err := simulate.Run(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	waitProjected(t, s, kc)
+	waitStored(t, url, schema, kc)
+	conn := connect(t, url)
+	ctx := context.Background()
+	if _, err := conn.Exec(ctx, "INSERT INTO "+pgx.Identifier{schema, "prices"}.Sanitize()+
+		" VALUES ('before-rebuild', 1, 0.1, 4, 'negotiated')"); err != nil {
+		t.Fatal(err)
+	}
+	var progress []int64
+	res, err := pgsink.Rebuild(ctx, pgsink.RebuildOptions{Kafka: kc, DatabaseURL: url, Schema: schema,
+		Progress: func(done, total int64) { progress = append(progress, done, total) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Swapped || res.Old != "" || len(progress) < 4 || progress[len(progress)-2] != progress[len(progress)-1] {
+		t.Errorf("rebuild: %+v, progress %v", res, progress)
+	}
+	var schemas int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_namespace WHERE nspname LIKE $1", schema+"%").Scan(&schemas); err != nil || schemas != 1 {
+		t.Errorf("%d schemas named %s* after the rebuild (%v), want 1", schemas, schema, err)
+	}
+	var note string
+	if err := conn.QueryRow(ctx, "SELECT note FROM "+pgx.Identifier{schema, "prices"}.Sanitize()+" WHERE run = 'before-rebuild'").Scan(&note); err != nil || note != "negotiated" {
+		t.Errorf("the run's prices after the rebuild: %q, %v", note, err)
+	}
+
+	// Move the offsets under the running sink, as a second writer would:
+	// its next transaction is abandoned, and it resumes from where the
+	// offsets now say — the start — storing nothing twice.
+	if _, err := conn.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "consumed_offsets"}.Sanitize()+" SET next_offset = 0"); err != nil {
+		t.Fatal(err)
+	}
+	o.Run, o.Seed = "after-rebuild", 6
+	if _, err := simulate.Run(ctx, o); err != nil {
+		t.Fatal(err)
+	}
+	waitProjected(t, s, kc)
+	waitStored(t, url, schema, kc)
+	checkCounts(t, conn, schema, readLog(t, kc))
+	if s.Sink().Stats().Failures == 0 {
+		t.Errorf("the running sink never noticed its offsets moved")
+	}
+}
+
+// A schema that meets another log under the same topic names — the
+// development broker re-created — reads that log from its start instead of
+// skipping what lies below the stored offsets.
+func TestAnotherLogUnderTheSameTopics(t *testing.T) {
+	url := testenv.Postgres(t)
+	schema := testenv.Schema(t, url)
+	prefix := testenv.UniquePrefix(t)
+	var total int64
+	for i, seed := range []uint64{8, 9} {
+		kc, _ := testenv.EmbeddedKafka(t, "")
+		kc.TopicPrefix = prefix
+		s, stop := startLedgerStop(t, kc, url, schema)
+		o := small(fmt.Sprintf("log-%d", i), seed)
+		o.URL, o.Tasks, o.Steps, o.Trainer = s.URL(), 12, 1, false
+		res, err := simulate.Run(context.Background(), o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += int64(res.Events)
+		waitProjected(t, s, kc)
+		// The second log's offsets may look caught up by the first log's
+		// stored ones: ask the sink that reads it.
+		ends, err := pgsink.EndOffsets(context.Background(), kc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err = s.Sink().WaitStored(ctx, ends)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop()
+	}
+	conn := connect(t, url)
+	var facts int64
+	for _, table := range factTables {
+		facts += count(t, conn, schema, table)
+	}
+	if facts != total {
+		t.Errorf("%d facts stored from two logs of %d facts in all", facts, total)
+	}
+}

@@ -1,0 +1,77 @@
+package pgsink
+
+import (
+	"runtime"
+	"sync"
+)
+
+// window is a run of records read together and stored in one transaction:
+// their rows, and how far each partition they came from advances.
+type window struct {
+	records int
+	rows    []*rowSet // decoded in parallel: one set per slice of the records
+	adv     map[TopicPartition]*advance
+}
+
+// advance is what a window does to one partition's offset row.
+type advance struct {
+	next, first int64
+	sha         []byte
+}
+
+// decodeSlice is the fewest records worth a goroutine of their own.
+const decodeSlice = 256
+
+// prepare decodes a window's records into rows. Decoding (the strict event
+// decoder) is most of the sink's CPU time, so large windows are cut into
+// slices decoded on all cores; a table's rows may then come in any order,
+// which the inserts do not depend on (they sort by log position).
+func prepare(batch []received) *window {
+	w := &window{records: len(batch), adv: map[TopicPartition]*advance{}}
+	if len(batch) == 0 {
+		return w
+	}
+	for _, r := range batch {
+		tp := TopicPartition{Topic: r.m.Topic, Partition: r.m.Partition}
+		a := w.adv[tp]
+		if a == nil {
+			a = &advance{first: r.m.Offset, sha: fingerprint(r.m.Value)}
+			w.adv[tp] = a
+		}
+		a.next = r.m.Offset + 1
+	}
+	n := min(runtime.GOMAXPROCS(0), (len(batch)+decodeSlice-1)/decodeSlice)
+	w.rows = make([]*rowSet, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		lo, hi := i*len(batch)/n, (i+1)*len(batch)/n
+		rs := &rowSet{}
+		w.rows[i] = rs
+		wg.Go(func() {
+			for _, r := range batch[lo:hi] {
+				rs.addRecord(r.m, r.facts)
+			}
+		})
+	}
+	wg.Wait()
+	return w
+}
+
+// tableRows are all of the window's rows of one table.
+func (w *window) tableRows(t tableID) [][]any {
+	if len(w.rows) == 1 {
+		return w.rows[0].rows[t]
+	}
+	n := 0
+	for _, rs := range w.rows {
+		n += len(rs.rows[t])
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([][]any, 0, n)
+	for _, rs := range w.rows {
+		out = append(out, rs.rows[t]...)
+	}
+	return out
+}
