@@ -208,6 +208,7 @@ func (p *Projector) foldWindow(ctx context.Context, part int, folds map[string]*
 	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("commit state: %w", err)
 	}
+	p.log.Debug("window committed", "partition", part, "next", last+1, "facts", len(window), "decisions", len(decided))
 	if len(decided) > 0 {
 		p.notify.fire()
 	}

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -13,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -44,7 +47,10 @@ func TestMain(m *testing.M) {
 func runChild(spec string) int {
 	parts := strings.Split(spec, "|")
 	kc := kafkalog.Config{Brokers: strings.Split(parts[0], ","), TopicPrefix: parts[1]}
-	p, err := projector.Open(projector.Options{Kafka: kc, Dir: parts[2], Window: 64})
+	// The parent times its kills from the first committed window, logged on
+	// stderr at debug level.
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	p, err := projector.Open(projector.Options{Kafka: kc, Dir: parts[2], Window: 64, Logger: log})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 1
@@ -178,18 +184,19 @@ func TestProjectorSurvivesKill9(t *testing.T) {
 				ingestRuns(t, kc, slow("crash-a", 11), slow("crash-b", 12))
 			}()
 
-			var logs bytes.Buffer
-			start := func(crashAfter int) *exec.Cmd {
+			var logs syncBuffer
+			start := func(crashAfter int) (*exec.Cmd, <-chan struct{}) {
 				cmd := exec.Command(os.Args[0], "-test.run=^$")
 				cmd.Env = append(os.Environ(), childEnv+"="+spec)
 				if crashAfter > 0 {
 					cmd.Env = append(cmd.Env, projector.CrashEnv+"="+strconv.Itoa(crashAfter))
 				}
-				cmd.Stdout, cmd.Stderr = &logs, &logs
+				ready := &readyWriter{w: &logs, mark: `msg="window committed"`, ready: make(chan struct{})}
+				cmd.Stdout, cmd.Stderr = &logs, ready
 				if err := cmd.Start(); err != nil {
 					t.Fatal(err)
 				}
-				return cmd
+				return cmd, ready.ready
 			}
 			kills, injected := 0, 0
 			for i := 0; i < 24; i++ {
@@ -197,13 +204,31 @@ func TestProjectorSurvivesKill9(t *testing.T) {
 				if i%2 == 1 {
 					crashAfter = 1 + rng.IntN(2)
 				}
-				cmd := start(crashAfter)
+				cmd, ready := start(crashAfter)
 				exited := make(chan error, 1)
 				go func() { exited <- cmd.Wait() }()
+				// Kill at a random moment after the child started
+				// consuming, however long starting took on a loaded machine.
+				var after <-chan time.Time
+				select {
+				case <-exited:
+					injected++
+					continue
+				case <-ready:
+					after = time.After(time.Duration(20+rng.IntN(400)) * time.Millisecond)
+					if crashAfter > 0 {
+						// Let it live until it kills itself between emit
+						// and commit, as long as decisions keep coming.
+						after = time.After(15 * time.Second)
+					}
+				case <-time.After(5 * time.Second):
+					// Nothing to fold (caught up): kill it idle.
+					after = time.After(0)
+				}
 				select {
 				case <-exited:
 					injected++ // the child killed itself at the injected point
-				case <-time.After(time.Duration(50+rng.IntN(400)) * time.Millisecond):
+				case <-after:
 					_ = cmd.Process.Signal(syscall.SIGKILL)
 					<-exited
 					kills++
@@ -211,7 +236,7 @@ func TestProjectorSurvivesKill9(t *testing.T) {
 			}
 			<-pushed
 			want := reference(t, kc)
-			final := start(0)
+			final, _ := start(0)
 			defer func() {
 				_ = final.Process.Signal(os.Interrupt)
 				_ = final.Wait()
@@ -305,4 +330,39 @@ func TestTwoInstancesSplitPartitions(t *testing.T) {
 			sameDecisions(t, got, want)
 		})
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the concurrent writes of child
+// processes' output copiers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// readyWriter passes output on and closes ready at the first write that
+// contains mark.
+type readyWriter struct {
+	w     io.Writer
+	mark  string
+	once  sync.Once
+	ready chan struct{}
+}
+
+func (r *readyWriter) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte(r.mark)) {
+		r.once.Do(func() { close(r.ready) })
+	}
+	return r.w.Write(p)
 }
