@@ -51,8 +51,8 @@ type Manifest struct {
 // §6). Size is the fact sequence number of the watermark.
 type TreeHead struct {
 	Size uint64 `json:"size"`
-	// Root is the hex tree root. It is empty until the fold maintains the
-	// tree: see treeHeadAt.
+	// Root is the hex RFC 6962 root of the tree of the run's first Size
+	// facts (tree.go).
 	Root string `json:"root"`
 }
 
@@ -278,7 +278,7 @@ func (c *applyCtx) seal() error {
 	m := Manifest{
 		Run: c.run, Seq: k, TrainerVersion: k - 1, RuleVersion: RuleVersion,
 		Watermark: LogPosition{Partition: c.pos.Partition, Offset: c.pos.Offset},
-		Tree:      treeHeadAt(c.pos.Seq),
+		Tree:      c.tree.Head(),
 		Groups:    make([]BatchGroup, len(entries)),
 		Dropped:   dropped,
 		Stats:     batchStats(entries, k),
@@ -325,13 +325,6 @@ func (c *applyCtx) seal() error {
 	return c.emit(KindBatchSealed, k, m, samples)
 }
 
-// treeHeadAt is the head of the run's fact tree after fact seq. The fold
-// does not maintain the Merkle tree yet, so Root is empty; the tree's size
-// is already the one a head at this position will carry.
-func treeHeadAt(seq uint64) TreeHead {
-	return TreeHead{Size: seq, Root: ""}
-}
-
 func batchStats(entries []openGroup, k uint64) BatchStats {
 	st := BatchStats{
 		Groups:             len(entries),
@@ -361,14 +354,11 @@ func batchStats(entries []openGroup, k uint64) BatchStats {
 
 // ManifestOf decodes the manifest of a batch.sealed decision value.
 func ManifestOf(value []byte) (Manifest, error) {
-	var env Envelope
-	if err := json.Unmarshal(value, &env); err != nil {
+	env, err := envelopeOfKind(value, KindBatchSealed)
+	if err != nil {
 		return Manifest{}, err
 	}
-	if env.Type != KindBatchSealed {
-		return Manifest{}, fmt.Errorf("projections: a %s decision has no manifest", env.Type)
-	}
 	var m Manifest
-	err := json.Unmarshal(env.Data, &m)
+	err = unmarshalData(env, &m)
 	return m, err
 }

@@ -3,6 +3,7 @@ package projections
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 
 	"github.com/rolloutledger/rolloutledger/events"
 )
@@ -18,6 +19,9 @@ const (
 	KindTaskAdmitted = events.Type("task.admitted")
 	KindTaskRejected = events.Type("task.rejected")
 	KindAuditFinding = events.Type("audit.finding")
+	// KindAuditCheckpoint commits to the run's history every
+	// CheckpointInterval facts (tree.go).
+	KindAuditCheckpoint = events.Type("audit.checkpoint")
 )
 
 // DecisionSource is the envelope source of every decision.
@@ -111,6 +115,25 @@ type Finding struct {
 	// Want and Got are the sealed and the reported batch digest.
 	Want string `json:"want,omitempty"`
 	Got  string `json:"got,omitempty"`
+}
+
+// envelopeOfKind decodes a decision value and checks its kind.
+func envelopeOfKind(value []byte, kind events.Type) (Envelope, error) {
+	var env Envelope
+	if err := json.Unmarshal(value, &env); err != nil {
+		return Envelope{}, fmt.Errorf("projections: decision: %w", err)
+	}
+	if env.Type != kind {
+		return Envelope{}, fmt.Errorf("projections: a %s decision is not a %s", env.Type, kind)
+	}
+	return env, nil
+}
+
+func unmarshalData(env Envelope, v any) error {
+	if err := json.Unmarshal(env.Data, v); err != nil {
+		return fmt.Errorf("projections: %s data: %w", env.Type, err)
+	}
+	return nil
 }
 
 // canonicalJSON encodes v in struct field order (maps with sorted keys),

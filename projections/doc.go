@@ -29,6 +29,8 @@
 //
 //   - a header: the run's fact sequence number, the sequence numbers of the
 //     decisions issued per kind, and the open batch's cursor;
+//   - the right edge of the run's fact tree: at most 64 subtree roots
+//     ([Tree], tree.go);
 //   - the run's resolved config once run.started was applied;
 //   - the dedup index: for every event id, the SHA-256 of its first record;
 //   - per task, group and attempt, what rules 1–6 still need of it; a
@@ -57,19 +59,29 @@
 //
 // # Positions
 //
-// Every record of the run counts, duplicates included: the n-th record
-// applied has fact sequence number n, which is also its leaf index plus one
-// in the run's fact tree. A decision names the record that caused it in
-// its envelope's `fact` {seq, partition, offset}.
+// Every record of the run counts, duplicates and undecodable ones
+// included: the n-th record applied has fact sequence number n, which is
+// also its leaf index plus one in the run's fact tree, an RFC 6962 Merkle
+// tree whose leaf is SHA-256(0x00 || record value). A decision names the
+// record that caused it in its envelope's `fact` {seq, partition, offset};
+// a sealed batch carries the tree's head {size, root} at its watermark, and
+// every [CheckpointInterval]-th record causes an audit.checkpoint carrying
+// the head there, so each commits to the run's whole history before it.
 //
 // # Decisions
 //
 // A [Decision] of kind [KindBatchSealed], [KindTaskAdmitted],
-// [KindTaskRejected] or [KindAuditFinding] is numbered per run and kind
-// from 1 and identified by events.DecisionID(run, kind, seq). Its value is
-// an [Envelope] whose data is a [Manifest], an [Admission] or a [Finding];
-// a sealed batch also carries its samples ([Sample] lines), which the
-// manifest's digest covers.
+// [KindTaskRejected], [KindAuditFinding] or [KindAuditCheckpoint] is
+// numbered per run and kind from 1 and identified by
+// events.DecisionID(run, kind, seq). Its value is an [Envelope] whose data
+// is a [Manifest], an [Admission], a [Finding] or a [Checkpoint]; a sealed
+// batch also carries its samples ([Sample] lines), which the manifest's
+// digest covers.
+//
+// [NewFoldWith] folds a run under an adjusted configuration (what-if
+// replays); [ViewState] reads a fold's state back for people; [Audit] is
+// the audit projection, a second pure fold over the facts and the
+// decisions that measures what DESIGN.md §6 asks to observe.
 //
 // # Rules
 //

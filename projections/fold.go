@@ -25,12 +25,28 @@ var ErrWrongRun = errors.New("projections: record of another run")
 
 // Fold applies one run's facts. It keeps NO state of its own between calls
 // except caches that are pure functions of the Store; everything lives in the Store.
+// A Fold is used by one goroutine at a time.
 type Fold struct {
-	run string
+	run      string
+	override func(*events.Config)
+	cache    treeCache
 }
 
 // NewFold returns the fold of run.
 func NewFold(run string) *Fold { return &Fold{run: run} }
+
+// FoldOptions change what a fold concludes; the projector uses none.
+type FoldOptions struct {
+	// Config, when set, adjusts the run's effective configuration — the
+	// one run.started resolves to, or the defaults before or without it —
+	// before any rule reads it: the what-if replays of a run under other
+	// settings. An adjusted configuration that fails validation is
+	// treated like an invalid run.started: a finding, and the defaults.
+	Config func(*events.Config)
+}
+
+// NewFoldWith returns the fold of run with options.
+func NewFoldWith(run string, o FoldOptions) *Fold { return &Fold{run: run, override: o.Config} }
 
 // Run is the run the fold applies.
 func (f *Fold) Run() string { return f.run }
@@ -66,18 +82,24 @@ func (f *Fold) Apply(s Store, r Record) ([]Decision, error) {
 		}
 	}
 
-	c := &applyCtx{run: f.run, s: s, ev: ev}
+	c := &applyCtx{run: f.run, s: s, ev: ev, override: f.override, cache: &f.cache}
 	if err := c.loadHeader(); err != nil {
 		return nil, err
 	}
 	c.h.facts++
 	c.pos = FactPosition{Seq: c.h.facts, Partition: r.Partition, Offset: r.Offset}
+	if err := c.appendLeaf(value); err != nil {
+		return nil, err
+	}
 
 	var err error
 	if decodeErr != nil {
 		err = c.finding(Finding{Kind: FindingUndecodable, Detail: decodeErr.Error()})
 	} else {
 		err = c.apply(value)
+	}
+	if err == nil {
+		err = c.checkpoint()
 	}
 	if err != nil {
 		return nil, err
@@ -113,6 +135,11 @@ type applyCtx struct {
 	ev  events.Event
 	cfg *events.Config
 	out []Decision
+	// tree is the fact tree with this record appended.
+	tree *Tree
+	// override adjusts the run's config (see FoldOptions).
+	override func(*events.Config)
+	cache    *treeCache
 }
 
 func (c *applyCtx) apply(value []byte) error {
@@ -183,6 +210,9 @@ func (c *applyCtx) runStarted(d *events.RunStarted) error {
 	}
 	c.h.configured = true
 	cfg := d.Config.Resolve()
+	if c.override != nil {
+		c.override(&cfg)
+	}
 	if err := cfg.Validate(); err != nil {
 		return c.finding(Finding{Kind: FindingInvalidConfig, Event: c.ev.ID, Type: c.ev.Type,
 			Detail: "the default config stays in force: " + err.Error()})
@@ -223,6 +253,7 @@ func (c *applyCtx) config() (events.Config, error) {
 		return *c.cfg, nil
 	}
 	cfg := events.DefaultConfig()
+	stored := false
 	if c.h.configured {
 		b, ok, err := c.s.Get([]byte(keyConfig))
 		if err != nil {
@@ -232,6 +263,16 @@ func (c *applyCtx) config() (events.Config, error) {
 			if err := json.Unmarshal(b, &cfg); err != nil {
 				return cfg, fmt.Errorf("%w: config: %v", ErrCorruptState, err)
 			}
+			stored = true
+		}
+	}
+	// The stored config had the override applied when run.started was;
+	// the defaults get it here.
+	if !stored && c.override != nil {
+		adjusted := cfg
+		c.override(&adjusted)
+		if adjusted.Validate() == nil {
+			cfg = adjusted
 		}
 	}
 	c.cfg = &cfg

@@ -213,7 +213,7 @@ func TestCompletionPosition(t *testing.T) {
 	if got := ms[0].Watermark; got != want {
 		t.Errorf("watermark: got %+v, want %+v", got, want)
 	}
-	if got, want := ms[0].Tree, (TreeHead{Size: uint64(len(recs)), Root: ""}); got != want {
+	if got, want := ms[0].Tree, (TreeHead{Size: uint64(len(recs)), Root: referenceRoot(values(recs))}); got != want {
 		t.Errorf("tree: got %+v, want %+v", got, want)
 	}
 	env := envelopeOf(t, ds[0])

@@ -12,6 +12,7 @@ import (
 // prefixes; entity ids cannot contain NUL, so NUL separates the parts.
 //
 //	h                        header: fact and decision counters, batch cursor
+//	tree                     right edge of the run's fact tree (tree.go)
 //	cfg                      the run's resolved config (JSON), once run.started was seen
 //	ev\x00<event id>         SHA-256 of the first record with that id (dedup index)
 //	task\x00<task>           registration and probe tally of a task

@@ -1,0 +1,189 @@
+package projections
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/rolloutledger/rolloutledger/events"
+)
+
+// StateView is a fold's state as people read it: where the run stood after
+// the last record applied. It is read from the Store, never kept.
+type StateView struct {
+	// Facts is the fact sequence number of the last record applied.
+	Facts uint64   `json:"facts"`
+	Tree  TreeHead `json:"tree"`
+	// Configured says run.started was applied; Config is in force either way.
+	Configured bool          `json:"configured"`
+	Config     events.Config `json:"config"`
+	// Decisions counts the decisions issued so far, by kind.
+	Decisions DecisionCounts `json:"decisions"`
+	// Queue holds the groups placed in the open batch, Decisions.BatchSealed+1,
+	// in the order they were placed; Dropped the train groups dropped since the
+	// last seal.
+	Queue   []QueuedGroup  `json:"queue"`
+	Dropped []DroppedGroup `json:"dropped"`
+	// InFlight lists the groups that have not completed, by group id.
+	InFlight []GroupView `json:"in_flight"`
+	// Tasks lists every task known, by task id.
+	Tasks []TaskView `json:"tasks"`
+	// AttemptsInFlight counts attempts whose group has not completed;
+	// HeldTurnPayloads the turns whose inline tokens the state still holds.
+	AttemptsInFlight int `json:"attempts_in_flight"`
+	HeldTurnPayloads int `json:"held_turn_payloads"`
+}
+
+// QueuedGroup is a group placed in the open batch.
+type QueuedGroup struct {
+	Group        string      `json:"group"`
+	Task         string      `json:"task"`
+	Completed    LogPosition `json:"completed"`
+	Attempts     int         `json:"attempts"`
+	Turns        int         `json:"turns"`
+	TrainedTurns int         `json:"trained_turns"`
+}
+
+// GroupView is a group that has not completed.
+type GroupView struct {
+	Group string `json:"group"`
+	// Task, Purpose and Size are empty until group.started is applied.
+	Task    string `json:"task,omitempty"`
+	Purpose string `json:"purpose,omitempty"`
+	Size    int64  `json:"size,omitempty"`
+	Started bool   `json:"started"`
+	Closed  bool   `json:"closed"`
+	// Attempts started in the group, and how many of them were rewarded,
+	// finished and failed.
+	Attempts int `json:"attempts"`
+	Rewarded int `json:"rewarded"`
+	Finished int `json:"finished"`
+	Failed   int `json:"failed"`
+}
+
+// TaskView is a task's registration and admission.
+type TaskView struct {
+	Task       string `json:"task"`
+	Registered bool   `json:"registered"`
+	// Decision is "admitted", "rejected" or "pending".
+	Decision string `json:"decision"`
+	Probes   int64  `json:"probes"`
+	Passes   int64  `json:"passes"`
+}
+
+// ViewState reads a fold's state from s.
+func ViewState(s *MemStore) (StateView, error) {
+	var v StateView
+	c := &applyCtx{s: s}
+	if err := c.loadHeader(); err != nil {
+		return v, err
+	}
+	v.Facts, v.Configured = c.h.facts, c.h.configured
+	v.Decisions = DecisionCounts{BatchSealed: c.h.sealed, TaskAdmitted: c.h.admitted, TaskRejected: c.h.rejected, AuditFinding: c.h.findings}
+	cfg, err := c.config()
+	if err != nil {
+		return v, err
+	}
+	v.Config = cfg
+	v.Tree = NewTree().Head()
+	if b, ok, _ := s.Get([]byte(keyTree)); ok {
+		t, err := decodeTree(b)
+		if err != nil {
+			return v, err
+		}
+		v.Tree = t.Head()
+	}
+
+	for i := range c.h.open {
+		b, ok, _ := s.Get(openKey(i))
+		if !ok {
+			return v, fmt.Errorf("%w: open batch entry %d missing", ErrCorruptState, i)
+		}
+		var e openGroup
+		if err := json.Unmarshal(b, &e); err != nil {
+			return v, fmt.Errorf("%w: open batch entry %d: %v", ErrCorruptState, i, err)
+		}
+		q := QueuedGroup{Group: e.Group.Group, Task: e.Group.Task, Completed: e.Group.Completed, Attempts: len(e.Group.Attempts)}
+		for _, a := range e.Group.Attempts {
+			for _, t := range a.Turns {
+				q.Turns++
+				if t.Trained {
+					q.TrainedTurns++
+				}
+			}
+		}
+		v.Queue = append(v.Queue, q)
+	}
+	for i := range c.h.drops {
+		b, ok, _ := s.Get(dropKey(i))
+		if !ok {
+			return v, fmt.Errorf("%w: dropped group %d missing", ErrCorruptState, i)
+		}
+		var d DroppedGroup
+		if err := json.Unmarshal(b, &d); err != nil {
+			return v, fmt.Errorf("%w: dropped group %d: %v", ErrCorruptState, i, err)
+		}
+		v.Dropped = append(v.Dropped, d)
+	}
+
+	tasks := map[string]*TaskView{}
+	taskOf := func(id string) *TaskView {
+		if tasks[id] == nil {
+			tasks[id] = &TaskView{Task: id, Decision: "pending"}
+		}
+		return tasks[id]
+	}
+	for _, k := range s.KeysWithPrefix([]byte(pfxTask)) {
+		b, _, _ := s.Get(k)
+		t, err := decodeTask(b)
+		if err != nil {
+			return v, err
+		}
+		tv := taskOf(string(k[len(pfxTask):]))
+		tv.Registered, tv.Probes, tv.Passes = t.registered, t.probes, t.passes
+		switch t.decision {
+		case admissionAdmitted:
+			tv.Decision = "admitted"
+		case admissionRejected:
+			tv.Decision = "rejected"
+		}
+	}
+	for _, k := range s.KeysWithPrefix([]byte(pfxGroup)) {
+		b, _, _ := s.Get(k)
+		g, err := decodeGroup(b)
+		if err != nil {
+			return v, err
+		}
+		if g.done {
+			continue
+		}
+		gv := GroupView{Group: string(k[len(pfxGroup):]), Task: g.task, Purpose: g.purpose, Size: g.size,
+			Started: g.started, Closed: g.closed, Attempts: len(g.members)}
+		for _, m := range g.members {
+			a, err := c.attempt(m)
+			if err != nil {
+				return v, err
+			}
+			v.AttemptsInFlight++
+			if a.rewarded {
+				gv.Rewarded++
+			}
+			if a.finished {
+				gv.Finished++
+			}
+			if a.failed {
+				gv.Failed++
+			}
+		}
+		if g.task != "" {
+			taskOf(g.task)
+		}
+		v.InFlight = append(v.InFlight, gv)
+	}
+	for _, id := range slices.Sorted(maps.Keys(tasks)) {
+		v.Tasks = append(v.Tasks, *tasks[id])
+	}
+	v.HeldTurnPayloads = len(s.KeysWithPrefix([]byte(pfxTurn)))
+	return v, nil
+}
