@@ -1,0 +1,380 @@
+package replay
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"fmt"
+
+	"github.com/rolloutledger/rolloutledger/projections"
+)
+
+// Locating a change to the history (DESIGN.md §6).
+//
+// Every recorded head {size, root} is the root of the tree of the run's
+// first size facts. Heads are monotone in what they can tell: once the
+// history differs at fact p, every head of size p or more differs, and
+// every smaller one agrees. So the largest recorded head that the facts
+// reproduce, and the next one, bound the first change: after fact From, at
+// or before fact To. A head that does not match while a larger one does is
+// a recorded decision that is wrong, not a history that changed; the
+// decision check reports it.
+//
+// Heads alone cannot say which fact between From and To changed. An
+// archive also carries its exporter's leaf index; once the index is shown
+// to reproduce every recorded head it covers, it is the history the
+// projector committed to, leaf for leaf, and the first leaf where it and
+// the facts part names the fact exactly. The leaves around it tell a
+// changed fact from a dropped, an inserted or a moved one.
+
+// What a history problem is.
+const (
+	HistoryChanged   = "changed"
+	HistoryDropped   = "dropped"
+	HistoryInserted  = "inserted"
+	HistoryMoved     = "moved"
+	HistoryUnlocated = "unlocated" // bounded by the heads, not named exactly
+)
+
+// HistoryProblem is the first place a history differs from what the
+// recorded heads (or, past the last of them, the leaf index) committed to.
+type HistoryProblem struct {
+	What string `json:"what"`
+	// Seq is the first fact position affected; Record says whether the
+	// history read has a fact there, at Partition and Offset.
+	Seq       uint64 `json:"seq"`
+	Record    bool   `json:"record"`
+	Partition int32  `json:"partition,omitempty"`
+	Offset    int64  `json:"offset,omitempty"`
+	// From and To bound the first change by the recorded heads: after
+	// fact From and at or before fact To. Committed is false for a change
+	// after the last recorded head, which only the leaf index locates.
+	From      uint64 `json:"from"`
+	To        uint64 `json:"to"`
+	Committed bool   `json:"committed"`
+	// Head is the first recorded head the facts do not reproduce, and
+	// Recomputed the root the facts give at its size (empty when they end
+	// before it).
+	Head       *RecordedHead `json:"head,omitempty"`
+	Recomputed string        `json:"recomputed,omitempty"`
+	Detail     string        `json:"detail"`
+}
+
+func (h *HistoryProblem) String() string { return h.Detail }
+
+// window is how many leaves around the first difference are kept to tell
+// what happened there.
+const window = 8
+
+// historyCheck follows a pass over the facts: it compares the tree the
+// fold keeps with every recorded head as the pass reaches its size, and,
+// for a source with a leaf index, the facts' leaves with the index's.
+type historyCheck struct {
+	heads   []RecordedHead
+	next    int
+	match   []bool
+	roots   []string // recomputed root at each head's size
+	checked int
+
+	leaves    *leafStream
+	indexTree *projections.Tree
+	indexOK   []bool // whether the index tree reproduces each head
+	// diffAt is the first position (1-based) where index and facts part;
+	// from it on, up to window leaves of each side are kept.
+	diffAt     uint64
+	winA, winB [][]byte
+	winPos     []projections.FactPosition
+}
+
+func newHistoryCheck(ctx context.Context, src Source, heads []RecordedHead) *historyCheck {
+	h := &historyCheck{heads: heads, match: make([]bool, len(heads)), roots: make([]string, len(heads)), indexOK: make([]bool, len(heads))}
+	if li, ok := src.(LeafIndexer); ok {
+		h.leaves = startLeaves(ctx, li)
+		h.indexTree = projections.NewTree()
+	}
+	return h
+}
+
+func (h *historyCheck) close() {
+	if h.leaves != nil {
+		h.leaves.close()
+	}
+}
+
+// fact is called after f was folded into store.
+func (h *historyCheck) fact(f Fact, store projections.Store) error {
+	if h.leaves != nil {
+		b := projections.LeafHash(f.Value)
+		a, ok, err := h.leaves.next()
+		if err != nil {
+			return err
+		}
+		if ok {
+			h.indexLeaf(a)
+		}
+		h.compareLeaf(f.Seq, a, ok, b, true, factOf(f))
+	}
+	// A recorded head of size 0 names no fact: it cannot match.
+	for h.next < len(h.heads) && h.heads[h.next].Size < f.Seq {
+		h.next++
+	}
+	for h.next < len(h.heads) && h.heads[h.next].Size == f.Seq {
+		head, err := projections.HeadOf(store)
+		if err != nil {
+			return err
+		}
+		h.roots[h.next] = head.Root
+		h.match[h.next] = head.Root == h.heads[h.next].Root
+		h.checked++
+		h.next++
+	}
+	return nil
+}
+
+// indexLeaf adds the index's next leaf to its tree and checks the heads
+// of that size against it.
+func (h *historyCheck) indexLeaf(a []byte) {
+	h.indexTree.Append(a)
+	n := h.indexTree.Size()
+	for i, hd := range h.heads {
+		if hd.Size == n {
+			h.indexOK[i] = hex.EncodeToString(h.indexTree.Root()) == hd.Root
+		}
+	}
+}
+
+func (h *historyCheck) compareLeaf(seq uint64, a []byte, aok bool, b []byte, bok bool, pos projections.FactPosition) {
+	if h.diffAt == 0 {
+		if aok && bok && bytes.Equal(a, b) {
+			return
+		}
+		h.diffAt = seq
+	}
+	if len(h.winA) < window && aok {
+		h.winA = append(h.winA, a)
+	}
+	if len(h.winB) < window && bok {
+		h.winB = append(h.winB, b)
+		h.winPos = append(h.winPos, pos)
+	}
+}
+
+func (h *historyCheck) uncommitted(facts uint64) uint64 {
+	var last uint64
+	for i, hd := range h.heads {
+		if h.match[i] {
+			last = max(last, hd.Size)
+		}
+	}
+	if facts < last {
+		return 0
+	}
+	return facts - last
+}
+
+// finish drains the leaf index and concludes.
+func (h *historyCheck) finish(facts uint64) (*HistoryProblem, error) {
+	if h.leaves != nil {
+		for seq := facts + 1; ; seq++ {
+			a, ok, err := h.leaves.next()
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				break
+			}
+			h.indexLeaf(a)
+			h.compareLeaf(seq, a, true, nil, false, projections.FactPosition{})
+		}
+	}
+	if len(h.heads) == 0 {
+		return nil, nil
+	}
+	// The history is intact up to the largest head if that head matches.
+	last := len(h.heads) - 1
+	if h.match[last] {
+		if h.indexTrusted() && h.diffAt > h.heads[last].Size {
+			p := h.locate()
+			p.From, p.To = h.heads[last].Size, 0
+			p.Detail += fmt.Sprintf(" (after fact %d, the last one a recorded head covers; located by the leaf index alone)", p.From)
+			return p, nil
+		}
+		return nil, nil
+	}
+	bad := last
+	for bad > 0 && !h.match[bad-1] {
+		bad--
+	}
+	var from uint64
+	if bad > 0 {
+		from = h.heads[bad-1].Size
+	}
+	head := h.heads[bad]
+	to := head.Size
+	var p *HistoryProblem
+	if h.indexTrusted() && h.diffAt > from && h.diffAt <= to {
+		p = h.locate()
+	} else {
+		p = &HistoryProblem{What: HistoryUnlocated, Seq: from + 1}
+		switch {
+		case facts < to:
+			p.Detail = fmt.Sprintf("the history ends at fact %d but %s %d committed to %d facts; the first change lies after fact %d", facts, head.Kind, head.Seq, to, from)
+		default:
+			p.Detail = fmt.Sprintf("the history differs from what %s %d committed to: the first change lies after fact %d and at or before fact %d", head.Kind, head.Seq, from, to)
+		}
+		if h.leaves != nil {
+			p.Detail += "; the archive's leaf index does not reproduce the recorded heads either, so it cannot name the fact"
+		}
+	}
+	p.From, p.To, p.Committed = from, to, true
+	p.Head, p.Recomputed = &head, h.roots[bad]
+	return p, nil
+}
+
+// indexTrusted says the leaf index reproduces every recorded head it
+// covers, and covers at least one.
+func (h *historyCheck) indexTrusted() bool {
+	if h.indexTree == nil {
+		return false
+	}
+	covered := 0
+	for i, hd := range h.heads {
+		if hd.Size <= h.indexTree.Size() {
+			if !h.indexOK[i] {
+				return false
+			}
+			covered++
+		}
+	}
+	return covered > 0
+}
+
+// locate names the first difference between the index (a) and the facts
+// (b) from the leaves kept around it.
+func (h *historyCheck) locate() *HistoryProblem {
+	a, b, seq := h.winA, h.winB, h.diffAt
+	p := &HistoryProblem{Seq: seq}
+	if len(h.winPos) > 0 {
+		p.Record, p.Partition, p.Offset = true, h.winPos[0].Partition, h.winPos[0].Offset
+	}
+	eq := func(x [][]byte, i int, y [][]byte, j int) bool {
+		return i < len(x) && j < len(y) && bytes.Equal(x[i], y[j])
+	}
+	at := func() string {
+		if !p.Record {
+			return fmt.Sprintf("fact %d", seq)
+		}
+		return fmt.Sprintf("fact %d (partition %d, offset %d)", seq, p.Partition, p.Offset)
+	}
+	switch {
+	case len(b) == 0:
+		p.What = HistoryDropped
+		p.Detail = fmt.Sprintf("the history ends after fact %d: %d committed fact(s) from fact %d on were dropped", seq-1, len(a), seq)
+	case len(a) == 0:
+		p.What = HistoryInserted
+		p.Detail = fmt.Sprintf("%s and what follows were appended: the committed history ends before it", at())
+	case eq(b, 0, a, 1) && eq(b, 1, a, 0):
+		p.What = HistoryMoved
+		p.Detail = fmt.Sprintf("facts %d and %d were swapped: %s is the fact committed at %d", seq, seq+1, at(), seq+1)
+	case eq(b, 0, a, 1):
+		p.What = HistoryDropped
+		p.Detail = fmt.Sprintf("fact %d was dropped: %s is the fact committed at %d", seq, at(), seq+1)
+	case eq(b, 1, a, 0):
+		p.What = HistoryInserted
+		p.Detail = fmt.Sprintf("%s was inserted: the fact committed at %d follows it", at(), seq)
+	default:
+		p.What = HistoryChanged
+		for j := 2; j < len(a); j++ {
+			if eq(b, 0, a, j) {
+				p.What = HistoryMoved
+				p.Detail = fmt.Sprintf("%s is the fact committed at %d, moved earlier", at(), seq+uint64(j))
+				break
+			}
+		}
+		for j := 2; j < len(b) && p.What == HistoryChanged; j++ {
+			if eq(b, j, a, 0) {
+				p.What = HistoryMoved
+				p.Detail = fmt.Sprintf("the fact committed at %d was moved later, to %d", seq, seq+uint64(j))
+			}
+		}
+		if p.What == HistoryChanged {
+			p.Detail = fmt.Sprintf("%s was changed: its leaf is %x, the committed one %x", at(), b[0], a[0])
+		}
+	}
+	return p
+}
+
+// leafStream reads a leaf index beside the pass over the facts.
+type leafStream struct {
+	ch     chan leafChunk
+	cur    []byte
+	cancel context.CancelFunc
+	done   bool
+}
+
+type leafChunk struct {
+	b   []byte
+	err error
+}
+
+func startLeaves(ctx context.Context, li LeafIndexer) *leafStream {
+	ctx, cancel := context.WithCancel(ctx)
+	ls := &leafStream{ch: make(chan leafChunk, 4), cancel: cancel}
+	go func() {
+		defer close(ls.ch)
+		const chunk = 4096 * 32
+		buf := make([]byte, 0, chunk)
+		send := func(c leafChunk) error {
+			select {
+			case ls.ch <- c:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		err := li.Leaves(ctx, func(_ uint64, leaf []byte) error {
+			buf = append(buf, leaf...)
+			if len(buf) == chunk {
+				if err := send(leafChunk{b: buf}); err != nil {
+					return err
+				}
+				buf = make([]byte, 0, chunk)
+			}
+			return nil
+		})
+		if err == nil && len(buf) > 0 {
+			err = send(leafChunk{b: buf})
+		}
+		if err != nil && ctx.Err() == nil {
+			_ = send(leafChunk{err: err})
+		}
+	}()
+	return ls
+}
+
+// next returns the index's next leaf, ok false at its end.
+func (ls *leafStream) next() ([]byte, bool, error) {
+	for len(ls.cur) == 0 {
+		if ls.done {
+			return nil, false, nil
+		}
+		c, ok := <-ls.ch
+		if !ok {
+			ls.done = true
+			return nil, false, nil
+		}
+		if c.err != nil {
+			return nil, false, c.err
+		}
+		ls.cur = c.b
+	}
+	leaf := ls.cur[:32:32]
+	ls.cur = ls.cur[32:]
+	return leaf, true, nil
+}
+
+func (ls *leafStream) close() {
+	ls.cancel()
+	for range ls.ch {
+	}
+}
