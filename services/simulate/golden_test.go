@@ -18,8 +18,7 @@ var update = flag.Bool("update", false, "rewrite the golden manifests")
 // The batch manifests and admissions of a seeded simulated run, folded in
 // the plan's virtual-time order, are pinned byte for byte: a change to the
 // simulator's content or to a projection rule shows up here as a diff to
-// review (refresh with -update). Event ids are random, but no manifest or
-// admission quotes one.
+// review (refresh with -update).
 func TestGoldenManifests(t *testing.T) {
 	// max_staleness 0, so later batches mask turns and drop fully stale groups.
 	o := Options{Seed: 2026, Tasks: 24, Steps: 3, BatchGroups: 4, MaxTurns: 40, MaxStaleness: -1}
@@ -29,6 +28,10 @@ func TestGoldenManifests(t *testing.T) {
 	}
 	var recs []projections.Record
 	for i, ev := range plan.All() {
+		// Ids are random UUIDv7s, and fact bytes are the Merkle leaves the
+		// manifests' tree roots commit to: give each fact an id derived
+		// from its position so the pinned roots and digests are stable.
+		ev.ID = events.DecisionID("golden-run", "fact", uint64(i))
 		v, err := events.Encode(ev)
 		if err != nil {
 			t.Fatal(err)

@@ -88,6 +88,12 @@ func runDemo(ctx context.Context, out io.Writer, log *slog.Logger, data string, 
 		return &exitError{code: 1, err: fmt.Errorf("read back %d records (%d distinct ids) but %d events were acknowledged", s.total, s.distinct, res.Events)}
 	}
 	fmt.Fprintf(out, "\nverified: each of the %d acknowledged events is in %s exactly once, in its run's partition.\n", res.Events, d.kafka.FactsTopic())
+	if err := demoReplay(ctx, out, d, res.Run); err != nil {
+		return err
+	}
+	if err := demoPostgres(ctx, out, d, res.Run); err != nil {
+		return err
+	}
 	fmt.Fprintf(out, "done in %s\n", time.Since(start).Round(time.Millisecond))
 	return nil
 }

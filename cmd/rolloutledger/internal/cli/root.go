@@ -72,11 +72,11 @@ Start with: rolloutledger demo`,
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "", "log format: text or json (default: text for dev and demo, json for serve)")
 	root.AddCommand(
 		newDevCmd(g), newServeCmd(g), newSimulateCmd(g), newDemoCmd(g),
-		notYet("replay", "Re-fold a run from Kafka or an archive and verify every recorded decision"),
-		notYet("export", "Write a self-contained archive of a run's facts and decisions"),
-		notYet("audit", "Print a run's audit report, or write it as HTML"),
-		notYet("prove", "Prove that a fact is in the history a batch committed to"),
-		notYet("migrate", "Apply the Postgres migrations"),
+		newReplayCmd(g),
+		newExportCmd(g),
+		newAuditCmd(g),
+		newProveCmd(g),
+		newMigrateCmd(g), newProjectionsCmd(g),
 		notYet("bench", "Run the benchmark suite"),
 	)
 	return root
