@@ -138,6 +138,14 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		return nil, err
 	}
 	s := &Stack{opts: o, log: log, served: make(chan error, 1), parts: parts}
+	// abort releases whatever was opened before a later step failed.
+	abort := func(err error) (*Stack, error) {
+		s.closeWriter()
+		if s.proj != nil {
+			s.proj.Close()
+		}
+		return nil, err
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", s.healthz)
 	if slices.Contains(o.Only, ServiceIngest) {
@@ -147,8 +155,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	if slices.Contains(o.Only, ServiceProjector) {
 		p, err := projector.Open(projector.Options{Kafka: o.Kafka, Dir: filepath.Join(o.DataDir, "projector"), Partitions: o.ProjectorPartitions, Logger: log})
 		if err != nil {
-			s.closeWriter()
-			return nil, err
+			return abort(err)
 		}
 		s.proj = p
 		if slices.Contains(o.Only, ServiceAPI) {
@@ -157,19 +164,11 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	}
 	if slices.Contains(o.Only, ServicePgsink) {
 		if _, err := pgsink.Migrate(ctx, o.DatabaseURL, o.PostgresSchema, log); err != nil {
-			s.closeWriter()
-			if s.proj != nil {
-				s.proj.Close()
-			}
-			return nil, err
+			return abort(err)
 		}
 		sink, err := pgsink.New(pgsink.Options{Kafka: o.Kafka, DatabaseURL: o.DatabaseURL, Schema: o.PostgresSchema, Logger: log})
 		if err != nil {
-			s.closeWriter()
-			if s.proj != nil {
-				s.proj.Close()
-			}
-			return nil, err
+			return abort(err)
 		}
 		s.sink = sink
 	}
@@ -178,11 +177,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	})
 	ln, err := net.Listen("tcp", o.Addr)
 	if err != nil {
-		s.closeWriter()
-		if s.proj != nil {
-			s.proj.Close()
-		}
-		return nil, fmt.Errorf("stack: listen on %s: %w", o.Addr, err)
+		return abort(fmt.Errorf("stack: listen on %s: %w", o.Addr, err))
 	}
 	s.ln = ln
 	if s.proj != nil {
