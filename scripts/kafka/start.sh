@@ -91,6 +91,19 @@ pid_alive() {
     tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q 'kafka\.Kafka'
 }
 
+# For the process this script just launched: alive unless it has exited. The
+# command line is not checked here: for a moment after the fork the child is
+# still a copy of this shell (its cmdline is not yet java's), and reading it
+# then made a healthy start look like a crash. An exited child that the shell
+# has not reaped yet is a zombie, which kill -0 still reports as alive.
+launched_alive() {
+  local pid state
+  pid=$(cat "$PID_FILE" 2>/dev/null) || return 1
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
+  state=$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/$pid/status" 2>/dev/null)
+  [ "$state" != Z ]
+}
+
 print_log_tail() {
   local f
   for f in "$LOGS/server.log" "$LOGS/stdout.log"; do
@@ -196,7 +209,7 @@ launch() {
 wait_ready() {
   local deadline=$((SECONDS + KAFKA_START_TIMEOUT)) t0=$SECONDS
   while [ $SECONDS -lt $deadline ]; do
-    if ! pid_alive; then
+    if ! launched_alive; then
       print_log_tail
       die "broker process exited during startup"
     fi
