@@ -10,11 +10,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/rolloutledger/rolloutledger/events"
 	"github.com/rolloutledger/rolloutledger/projections"
+	"github.com/rolloutledger/rolloutledger/services/auth"
 	"github.com/rolloutledger/rolloutledger/services/httpx"
 	"github.com/rolloutledger/rolloutledger/services/projector"
 )
@@ -196,6 +198,10 @@ func (s *Service) runs(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.fail(w, err)
 		return
+	}
+	// A token limited to some runs sees only those.
+	if p := auth.FromContext(r.Context()); p != nil {
+		runs = slices.DeleteFunc(runs, func(ri projector.RunInfo) bool { return !p.InScope(ri.Run) })
 	}
 	if runs == nil {
 		runs = []projector.RunInfo{}

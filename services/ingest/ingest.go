@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/services/auth"
 	"github.com/rolloutledger/rolloutledger/services/httpx"
 	"github.com/rolloutledger/rolloutledger/services/kafkalog"
 	"github.com/segmentio/kafka-go"
@@ -98,6 +99,12 @@ func (s *Service) postEvents(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, r, err)
 		return
 	}
+	// Authorization is per event and all-or-nothing, like validation: the
+	// token's role must write every event's type, its scope every run.
+	if err := auth.FromContext(r.Context()).AuthorizeEvents(evs); err != nil {
+		s.forbid(w, r, err)
+		return
+	}
 	timeout := s.AppendTimeout
 	if timeout <= 0 {
 		timeout = 30 * time.Second
@@ -135,6 +142,21 @@ func (s *Service) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	s.log().Info("request refused", "remote", r.RemoteAddr, "code", detail.Code, "field", detail.Field, "err", err)
 	httpx.WriteJSON(w, status, httpx.ErrorBody{Error: detail})
+}
+
+// forbid answers 403 to an append holding an event the caller may not
+// write, naming the event and the field (type or run).
+func (s *Service) forbid(w http.ResponseWriter, r *http.Request, err error) {
+	detail := httpx.ErrorDetail{Code: "forbidden", Message: err.Error()}
+	idx := -1
+	var de *auth.DeniedError
+	if errors.As(err, &de) {
+		idx = de.Index
+		detail.Index, detail.Field, detail.Message = &idx, de.Field, de.Detail
+	}
+	s.log().Info("request refused", "remote", r.RemoteAddr, "code", detail.Code, "token", auth.FromContext(r.Context()).Name, "index", idx, "field", detail.Field)
+	w.Header().Set("WWW-Authenticate", `Bearer realm="rolloutledger", error="insufficient_scope"`)
+	httpx.WriteJSON(w, http.StatusForbidden, httpx.ErrorBody{Error: detail})
 }
 
 // records turns accepted events into Kafka records: canonical value, run as

@@ -6,6 +6,7 @@ package stack
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/rolloutledger/rolloutledger/services/api"
+	"github.com/rolloutledger/rolloutledger/services/auth"
 	"github.com/rolloutledger/rolloutledger/services/httpx"
 	"github.com/rolloutledger/rolloutledger/services/ingest"
 	"github.com/rolloutledger/rolloutledger/services/kafkalog"
@@ -59,6 +61,12 @@ type Options struct {
 	// projector owns; nil means all. Instances that split a topic's
 	// partitions between them must each have their own DataDir.
 	ProjectorPartitions []int
+	// Auth checks every request's bearer token; nil serves without
+	// authentication (dev, demo, serve --insecure).
+	Auth *auth.Authenticator
+	// TLSCertFile and TLSKeyFile, both set, serve HTTPS (TLS 1.2 or newer)
+	// with this PEM certificate chain and key.
+	TLSCertFile, TLSKeyFile string
 	// Logger is the stack's logger; nil discards.
 	Logger *slog.Logger
 }
@@ -87,6 +95,9 @@ func (o Options) Validate() error {
 	}
 	if slices.Contains(only, ServicePgsink) && o.DatabaseURL == "" {
 		errs = append(errs, errors.New("stack: the pgsink needs a database URL (--database-url or $DATABASE_URL)"))
+	}
+	if (o.TLSCertFile == "") != (o.TLSKeyFile == "") {
+		errs = append(errs, errors.New("stack: TLS needs both a certificate (--tls-cert) and a key (--tls-key)"))
 	}
 	if slices.Contains(only, ServiceProjector) && o.DataDir == "" {
 		errs = append(errs, errors.New("stack: the projector needs a data directory for its state"))
@@ -137,6 +148,14 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	if err != nil {
 		return nil, err
 	}
+	var tlsConfig *tls.Config
+	if o.TLSCertFile != "" {
+		cert, err := tls.LoadX509KeyPair(o.TLSCertFile, o.TLSKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("stack: TLS certificate %s and key %s: %w", o.TLSCertFile, o.TLSKeyFile, err)
+		}
+		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+	}
 	s := &Stack{opts: o, log: log, served: make(chan error, 1), parts: parts}
 	// abort releases whatever was opened before a later step failed.
 	abort := func(err error) (*Stack, error) {
@@ -175,6 +194,10 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
 	})
+	var handler http.Handler = mux
+	if o.Auth != nil {
+		handler = o.Auth.Middleware(mux, log)
+	}
 	ln, err := net.Listen("tcp", o.Addr)
 	if err != nil {
 		return abort(fmt.Errorf("stack: listen on %s: %w", o.Addr, err))
@@ -205,15 +228,24 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		}()
 	}
 	s.srv = &http.Server{
-		Handler:           mux,
+		Handler:           handler,
+		TLSConfig:         tlsConfig,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       2 * time.Minute,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	go func() { s.served <- s.srv.Serve(ln) }()
-	log.Info("serving", "addr", s.Addr(), "services", strings.Join(o.Only, ","), "brokers", strings.Join(o.Kafka.Brokers, ","), "facts_topic", o.Kafka.FactsTopic())
+	if tlsConfig != nil {
+		go func() { s.served <- s.srv.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { s.served <- s.srv.Serve(ln) }()
+	}
+	authn := "off"
+	if o.Auth != nil {
+		authn = strings.Join(o.Auth.Names(), ",")
+	}
+	log.Info("serving", "url", s.URL(), "tokens", authn, "services", strings.Join(o.Only, ","), "brokers", strings.Join(o.Kafka.Brokers, ","), "facts_topic", o.Kafka.FactsTopic())
 	return s, nil
 }
 
@@ -221,7 +253,12 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 func (s *Stack) Addr() string { return s.ln.Addr().String() }
 
 // URL is the base URL of the stack's HTTP interface.
-func (s *Stack) URL() string { return "http://" + s.Addr() }
+func (s *Stack) URL() string {
+	if s.srv != nil && s.srv.TLSConfig != nil {
+		return "https://" + s.Addr()
+	}
+	return "http://" + s.Addr()
+}
 
 // Partitions reports the partition count of each of the ledger's topics.
 func (s *Stack) Partitions() map[string]int { return s.parts }
