@@ -23,7 +23,7 @@ func ReadPartition(ctx context.Context, c Config, topic string, p int, from, to 
 		MinBytes:  1,
 		MaxBytes:  16 << 20,
 		MaxWait:   250 * time.Millisecond,
-		Dialer:    dialer(c),
+		Dialer:    c.Dialer(),
 	})
 	defer r.Close()
 	if err := r.SetOffset(from); err != nil {
@@ -59,13 +59,4 @@ func ReadAll(ctx context.Context, c Config, topic string, fn func(kafka.Message)
 		}
 	}
 	return nil
-}
-
-func dialer(c Config) *kafka.Dialer {
-	d := &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true}
-	if c.Transport != nil {
-		d.TLS = c.Transport.TLS
-		d.SASLMechanism = c.Transport.SASL
-	}
-	return d
 }

@@ -2,6 +2,7 @@ package kafkalog
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/sasl"
 )
 
 // Config says where Kafka is and how the ledger's topics are laid out. Its
@@ -27,9 +29,12 @@ type Config struct {
 	// MinInsyncReplicas for created topics; 0 means 2 when replicated at
 	// least three times, else 1.
 	MinInsyncReplicas int
-	// Transport is the kafka-go transport (TLS, SASL); nil means the
-	// default transport.
-	Transport *kafka.Transport
+	// TLS, when set, encrypts every connection to the brokers (see
+	// [Security] for building it from files).
+	TLS *tls.Config
+	// SASL, when set, authenticates every connection (SCRAM, see
+	// [NewSCRAM]).
+	SASL sasl.Mechanism
 }
 
 // DefaultTopicPrefix is the prefix of the ledger's topics unless configured.
@@ -70,11 +75,7 @@ func (c Config) Validate() error {
 }
 
 func (c Config) client(timeout time.Duration) *kafka.Client {
-	var tr kafka.RoundTripper = kafka.DefaultTransport
-	if c.Transport != nil {
-		tr = c.Transport
-	}
-	return &kafka.Client{Addr: kafka.TCP(c.Brokers...), Transport: tr, Timeout: timeout}
+	return &kafka.Client{Addr: kafka.TCP(c.Brokers...), Transport: c.Transport(), Timeout: timeout}
 }
 
 // EnsureTopics creates the facts and decisions topics if they are missing,

@@ -78,8 +78,8 @@ func NewWriter(c Config, topic string, o WriterOptions) *Writer {
 		AllowAutoTopicCreation: false,
 		Completion:             recordPositions,
 	}
-	if c.Transport != nil {
-		w.Transport = c.Transport
+	if c.TLS != nil || c.SASL != nil {
+		w.Transport = c.Transport()
 	}
 	if o.Logger != nil {
 		log := o.Logger.With("component", "kafka-writer", "topic", topic)

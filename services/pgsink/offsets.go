@@ -108,7 +108,7 @@ func (s *Sink) sameLog(ctx context.Context, tp TopicPartition, offset int64, sha
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers: s.o.Kafka.Brokers, Topic: tp.Topic, Partition: tp.Partition,
 		MinBytes: 1, MaxBytes: 2 << 20, MaxWait: 100 * time.Millisecond, ReadLagInterval: -1,
-		Dialer: dialer(s.o.Kafka),
+		Dialer: s.o.Kafka.Dialer(),
 	})
 	defer r.Close()
 	if err := r.SetOffset(offset); err != nil {

@@ -302,7 +302,7 @@ func (s *Sink) read(ctx context.Context, tp TopicPartition, next int64, facts bo
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers: s.o.Kafka.Brokers, Topic: tp.Topic, Partition: tp.Partition,
 		MinBytes: 1, MaxBytes: 16 << 20, MaxWait: 200 * time.Millisecond,
-		ReadLagInterval: -1, Dialer: dialer(s.o.Kafka),
+		ReadLagInterval: -1, Dialer: s.o.Kafka.Dialer(),
 	})
 	defer r.Close()
 	if err := r.SetOffset(next); err != nil {
@@ -359,15 +359,6 @@ func (s *Sink) collect(ctx context.Context, in <-chan received) ([]received, err
 		}
 	}
 	return out, nil
-}
-
-func dialer(c kafkalog.Config) *kafka.Dialer {
-	d := &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true}
-	if c.Transport != nil {
-		d.TLS = c.Transport.TLS
-		d.SASLMechanism = c.Transport.SASL
-	}
-	return d
 }
 
 // connect opens one connection in which every statement is parsed at

@@ -140,6 +140,7 @@ func (p *Projector) runPartition(ctx context.Context, part int) error {
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers: p.o.Kafka.Brokers, Topic: p.o.Kafka.FactsTopic(), Partition: part,
 		MinBytes: 1, MaxBytes: 16 << 20, MaxWait: 100 * time.Millisecond,
+		Dialer: p.o.Kafka.Dialer(),
 	})
 	defer r.Close()
 	if err := r.SetOffset(next); err != nil {
