@@ -2,8 +2,10 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"path/filepath"
 	"time"
 
@@ -25,7 +27,7 @@ func newDevCmd(g *globals) *cobra.Command {
 		Long: `dev runs an in-process Kafka-protocol broker, reachable by any Kafka client at
 --kafka-addr, with its data under --data, and the ledger's services on --addr.
 Stopping it (even with kill -9) and starting it again keeps every acknowledged
-event.`,
+event. dev has no authentication, so both addresses must be on loopback.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := g.logger("text")
@@ -76,7 +78,27 @@ type devStack struct {
 	kafka  kafkalog.Config
 }
 
+// requireLoopback refuses a listen address other hosts could reach: dev and
+// demo run without tokens, and the embedded broker without any
+// authentication.
+func requireLoopback(flag, addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%s %q: %w", flag, addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("%s %q: dev runs without authentication and listens on loopback only (127.0.0.1, ::1 or localhost); to serve other hosts, run `rolloutledger serve` with API tokens (docs/security.md)", flag, addr)
+}
+
 func startDev(ctx context.Context, o devOptions) (*devStack, error) {
+	if err := errors.Join(requireLoopback("--addr", o.Addr), requireLoopback("--kafka-addr", o.KafkaAddr)); err != nil {
+		return nil, err
+	}
 	b, err := embedded.Start(embedded.Options{
 		Addr: o.KafkaAddr, DataDir: filepath.Join(o.Data, "kafka"), Partitions: o.Partitions,
 		SyncWrites: o.SyncWrites, Logger: o.Logger,

@@ -34,7 +34,11 @@ Kafka. The format is documented in replay/archive.go.`,
 			return errors.New("--run and --out are required")
 		}
 		ctx := cmd.Context()
-		src, err := replay.OpenKafka(ctx, kf.config(), run)
+		kc, err := kf.config()
+		if err != nil {
+			return err
+		}
+		src, err := replay.OpenKafka(ctx, kc, run)
 		if err != nil {
 			return err
 		}

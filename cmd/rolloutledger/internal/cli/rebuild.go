@@ -71,9 +71,13 @@ is dropped unless --keep-old.`,
 			}
 			_ = bar.Set64(done)
 		}
+		kc, err := kf.config()
+		if err != nil {
+			return err
+		}
 		start := time.Now()
 		res, err := pgsink.Rebuild(cmd.Context(), pgsink.RebuildOptions{
-			Kafka: kf.config(), DatabaseURL: url, Schema: schema, KeepOld: keepOld, Progress: progress, Logger: log,
+			Kafka: kc, DatabaseURL: url, Schema: schema, KeepOld: keepOld, Progress: progress, Logger: log,
 		})
 		if bar != nil {
 			_ = bar.Finish()

@@ -48,7 +48,11 @@ func (s *sourceFlags) open(ctx context.Context) (replay.Source, error) {
 	if s.run == "" {
 		return nil, errors.New("--run is required (or --archive)")
 	}
-	return replay.OpenKafka(ctx, s.kafka.config(), s.run)
+	kc, err := s.kafka.config()
+	if err != nil {
+		return nil, err
+	}
+	return replay.OpenKafka(ctx, kc, s.run)
 }
 
 // factProgress shows a bar on stderr, when it is a terminal, as a pass

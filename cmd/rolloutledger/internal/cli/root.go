@@ -116,9 +116,11 @@ func (g *globals) logger(defaultFormat string) (*slog.Logger, error) {
 
 // kafkaFlags are the flags of every command that talks to Kafka.
 type kafkaFlags struct {
-	brokers     string
-	topicPrefix string
-	partitions  int
+	brokers      string
+	topicPrefix  string
+	partitions   int
+	sec          kafkalog.Security
+	passwordFile string
 }
 
 func addKafkaFlags(cmd *cobra.Command) *kafkaFlags {
@@ -130,15 +132,39 @@ func addKafkaFlags(cmd *cobra.Command) *kafkaFlags {
 	cmd.Flags().StringVar(&k.brokers, "brokers", def, "Kafka bootstrap brokers, comma-separated (default $KAFKA_BROKERS)")
 	cmd.Flags().StringVar(&k.topicPrefix, "topic-prefix", kafkalog.DefaultTopicPrefix, "prefix of the <prefix>.facts and <prefix>.decisions topics")
 	cmd.Flags().IntVar(&k.partitions, "partitions", 12, "partitions of each topic when it is created")
+	f := cmd.Flags()
+	f.BoolVar(&k.sec.TLS, "kafka-tls", os.Getenv("KAFKA_TLS") == "true", "connect to the brokers over TLS (default $KAFKA_TLS=true; implied by the other --kafka-tls-* flags)")
+	f.StringVar(&k.sec.CAFile, "kafka-tls-ca", os.Getenv("KAFKA_TLS_CA"), "PEM file of the CAs that sign the brokers' certificates (default $KAFKA_TLS_CA, else the system's)")
+	f.StringVar(&k.sec.CertFile, "kafka-tls-cert", os.Getenv("KAFKA_TLS_CERT"), "PEM client certificate, for brokers that require one (default $KAFKA_TLS_CERT)")
+	f.StringVar(&k.sec.KeyFile, "kafka-tls-key", os.Getenv("KAFKA_TLS_KEY"), "PEM key of --kafka-tls-cert (default $KAFKA_TLS_KEY)")
+	f.StringVar(&k.sec.ServerName, "kafka-tls-server-name", os.Getenv("KAFKA_TLS_SERVER_NAME"), "name the brokers' certificates are checked against (default: the broker's host)")
+	f.StringVar(&k.sec.SASLMechanism, "kafka-sasl-mechanism", os.Getenv("KAFKA_SASL_MECHANISM"), "SASL mechanism: SCRAM-SHA-256 or SCRAM-SHA-512 (default $KAFKA_SASL_MECHANISM; empty: no SASL)")
+	f.StringVar(&k.sec.Username, "kafka-sasl-username", os.Getenv("KAFKA_SASL_USERNAME"), "SASL username (default $KAFKA_SASL_USERNAME)")
+	f.StringVar(&k.passwordFile, "kafka-sasl-password-file", os.Getenv("KAFKA_SASL_PASSWORD_FILE"), "file holding the SASL password (default $KAFKA_SASL_PASSWORD_FILE; or set $KAFKA_SASL_PASSWORD)")
 	return k
 }
 
-func (k *kafkaFlags) config() kafkalog.Config {
+func (k *kafkaFlags) config() (kafkalog.Config, error) {
 	var brokers []string
 	for b := range strings.SplitSeq(k.brokers, ",") {
 		if b = strings.TrimSpace(b); b != "" {
 			brokers = append(brokers, b)
 		}
 	}
-	return kafkalog.Config{Brokers: brokers, TopicPrefix: k.topicPrefix, Partitions: k.partitions}
+	c := kafkalog.Config{Brokers: brokers, TopicPrefix: k.topicPrefix, Partitions: k.partitions}
+	sec := k.sec
+	// The password never comes from a flag: command lines are visible to
+	// every user of the machine.
+	sec.Password = os.Getenv("KAFKA_SASL_PASSWORD")
+	if k.passwordFile != "" {
+		b, err := os.ReadFile(k.passwordFile)
+		if err != nil {
+			return c, fmt.Errorf("--kafka-sasl-password-file: %w", err)
+		}
+		sec.Password = strings.TrimRight(string(b), "\r\n")
+	}
+	if err := sec.Apply(&c); err != nil {
+		return c, err
+	}
+	return c, nil
 }

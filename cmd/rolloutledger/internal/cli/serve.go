@@ -1,16 +1,29 @@
 package cli
 
 import (
+	"errors"
+	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/rolloutledger/rolloutledger/services/auth"
 	"github.com/rolloutledger/rolloutledger/services/stack"
 )
 
+// errNoTokens is serve's answer when it would expose the ledger to anyone.
+var errNoTokens = errors.New(`serve: no API tokens are configured, and without them anyone who reaches --addr could write facts.
+Configure tokens in one of these ways (format and roles: docs/security.md):
+  --tokens-file FILE                 a YAML or JSON list of {name, token or sha256, role, runs}
+  ROLLOUTLEDGER_TOKENS_FILE=FILE     the same, from the environment
+  ROLLOUTLEDGER_TOKENS='[...]'       the list itself, inline
+or pass --insecure to serve without authentication (trusted networks only)`)
+
 func newServeCmd(g *globals) *cobra.Command {
-	var addr, only, data string
+	var addr, only, data, tokensFile, tlsCert, tlsKey string
+	var insecure bool
 	var own []int
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -18,7 +31,11 @@ func newServeCmd(g *globals) *cobra.Command {
 		Long: `serve runs the ledger's services against the Kafka cluster at --brokers.
 --only picks a subset: ingest, projector, pgsink, api (default: every service
 this build provides; the pgsink when --database-url or $DATABASE_URL is set,
-after applying the Postgres migrations).`,
+after applying the Postgres migrations).
+
+Every HTTP route but /healthz and /metrics needs a bearer token of a role
+that allows it (producer, trainer, reader, admin; see docs/security.md).
+serve refuses to start without tokens unless --insecure is given.`,
 		Args: cobra.NoArgs,
 	}
 	kf := addKafkaFlags(cmd)
@@ -27,6 +44,10 @@ after applying the Postgres migrations).`,
 	cmd.Flags().IntSliceVar(&own, "own-partitions", nil, "facts partitions this instance's projector owns, e.g. 0,1,2 (default: all)")
 	dbURL := addDatabaseFlag(cmd)
 	cmd.Flags().StringVar(&only, "only", "", "comma-separated services to run (ingest, projector, pgsink, api)")
+	cmd.Flags().StringVar(&tokensFile, "tokens-file", os.Getenv(auth.EnvTokensFile), "YAML or JSON file of API tokens (default $"+auth.EnvTokensFile+"; $"+auth.EnvTokens+" adds tokens inline)")
+	cmd.Flags().BoolVar(&insecure, "insecure", false, "serve without authentication: anyone who reaches --addr may read and write")
+	cmd.Flags().StringVar(&tlsCert, "tls-cert", "", "PEM certificate chain: serve HTTPS (TLS 1.2 or newer) with --tls-key")
+	cmd.Flags().StringVar(&tlsKey, "tls-key", "", "PEM private key of --tls-cert")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		log, err := g.logger("json")
 		if err != nil {
@@ -38,9 +59,23 @@ after applying the Postgres migrations).`,
 				services = append(services, s)
 			}
 		}
-		s, err := stack.Start(cmd.Context(), stack.Options{Addr: addr, Kafka: kf.config(), Only: services, DataDir: data, ProjectorPartitions: own, Logger: log, DatabaseURL: dbURL()})
+		authn, err := serveAuth(services, tokensFile, insecure)
 		if err != nil {
 			return err
+		}
+		kc, err := kf.config()
+		if err != nil {
+			return err
+		}
+		s, err := stack.Start(cmd.Context(), stack.Options{
+			Addr: addr, Kafka: kc, Only: services, DataDir: data, ProjectorPartitions: own, Logger: log, DatabaseURL: dbURL(),
+			Auth: authn, TLSCertFile: tlsCert, TLSKeyFile: tlsKey,
+		})
+		if err != nil {
+			return err
+		}
+		if authn == nil {
+			log.Warn("serving without authentication (--insecure): anyone who reaches the address may read and write")
 		}
 		select {
 		case <-cmd.Context().Done():
@@ -53,4 +88,28 @@ after applying the Postgres migrations).`,
 		return s.Shutdown(ctx)
 	}
 	return cmd
+}
+
+// serveAuth loads the tokens serve checks requests against. It refuses to
+// go on without tokens unless insecure, or when the services run serve no
+// route but health (a projector or sink alone).
+func serveAuth(services []string, tokensFile string, insecure bool) (*auth.Authenticator, error) {
+	tokens, err := auth.Load(tokensFile, os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	if insecure {
+		if len(tokens) > 0 {
+			return nil, errors.New("serve: --insecure and API tokens both given: drop one")
+		}
+		return nil, nil
+	}
+	if len(tokens) == 0 {
+		routes := len(services) == 0 || slices.Contains(services, stack.ServiceIngest) || slices.Contains(services, stack.ServiceAPI)
+		if !routes {
+			return nil, nil
+		}
+		return nil, errNoTokens
+	}
+	return auth.New(tokens)
 }

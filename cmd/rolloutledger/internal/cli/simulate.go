@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -43,12 +44,18 @@ func newSimulateCmd(g *globals) *cobra.Command {
 	var url string
 	cmd.Flags().StringVar(&url, "url", "http://127.0.0.1:7070", "base URL of the ledger")
 	sf := addSimFlags(cmd, simulate.Options{Seed: 1})
+	// The simulator writes the trainer's facts as well as the rollout side's,
+	// so against a ledger with tokens it needs an admin token.
+	cmd.Flags().StringVar(&sf.o.Token, "token", "", "bearer token sent with every request (default $ROLLOUTLEDGER_TOKEN; an admin token, since the simulator writes both producer and trainer facts)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		log, err := g.logger("text")
 		if err != nil {
 			return err
 		}
 		o := sf.o
+		if o.Token == "" {
+			o.Token = os.Getenv("ROLLOUTLEDGER_TOKEN")
+		}
 		o.URL, o.Logger = url, log
 		res, err := simulate.Run(cmd.Context(), o)
 		if err != nil {
