@@ -9,6 +9,13 @@
 # Progress goes to stderr; stdout carries only the `export` lines:
 #   KAFKA_BROKERS  127.0.0.1:$KAFKA_PORT
 #   DATABASE_URL   postgres://rolloutledger:rolloutledger@127.0.0.1:$PGPORT/rolloutledger?sslmode=disable
+# and, for the tests of the ledger's Kafka security, the broker's SASL and
+# TLS test listeners (not used by anything else):
+#   KAFKA_SASL_BROKERS      SASL_PLAINTEXT (SCRAM)  127.0.0.1:$KAFKA_PORT+2
+#   KAFKA_SSL_BROKERS       SSL                     127.0.0.1:$KAFKA_PORT+3
+#   KAFKA_SASL_SSL_BROKERS  SASL_SSL                127.0.0.1:$KAFKA_PORT+4
+#   KAFKA_SSL_CA_FILE       the test CA that signed the broker's certificate
+#   KAFKA_SCRAM_USER, KAFKA_SCRAM_PASSWORD  the SCRAM user made at format time
 # Ports and locations follow the variables documented in scripts/kafka/start.sh
 # and scripts/postgres/start.sh. Exits non-zero if either service fails.
 set -euo pipefail
@@ -19,6 +26,9 @@ PGPORT=${PGPORT:-5432}
 PG_APP_USER=${PG_APP_USER:-rolloutledger}
 PG_APP_PASSWORD=${PG_APP_PASSWORD:-rolloutledger}
 PG_APP_DB=${PG_APP_DB:-rolloutledger}
+KAFKA_HOME_DIR=${KAFKA_HOME_DIR:-$(cd "$SCRIPT_DIR/.." && pwd)/.services/kafka}
+KAFKA_SCRAM_USER=${KAFKA_SCRAM_USER:-ledger}
+KAFKA_SCRAM_PASSWORD=${KAFKA_SCRAM_PASSWORD:-ledger-secret}
 export KAFKA_PORT PGPORT PG_APP_USER PG_APP_PASSWORD PG_APP_DB
 
 print_env() {
@@ -26,6 +36,12 @@ print_env() {
   printf "export KAFKA_BROKERS='127.0.0.1:%s'\n" "$KAFKA_PORT"
   printf "export DATABASE_URL='postgres://%s:%s@127.0.0.1:%s/%s?sslmode=disable'\n" \
     "$PG_APP_USER" "$PG_APP_PASSWORD" "$PGPORT" "$PG_APP_DB"
+  printf "export KAFKA_SASL_BROKERS='127.0.0.1:%s'\n" "${KAFKA_SASL_PORT:-$((KAFKA_PORT + 2))}"
+  printf "export KAFKA_SSL_BROKERS='127.0.0.1:%s'\n" "${KAFKA_SSL_PORT:-$((KAFKA_PORT + 3))}"
+  printf "export KAFKA_SASL_SSL_BROKERS='127.0.0.1:%s'\n" "${KAFKA_SASL_SSL_PORT:-$((KAFKA_PORT + 4))}"
+  printf "export KAFKA_SSL_CA_FILE='%s'\n" "$KAFKA_HOME_DIR/tls/ca.crt"
+  printf "export KAFKA_SCRAM_USER='%s'\n" "$KAFKA_SCRAM_USER"
+  printf "export KAFKA_SCRAM_PASSWORD='%s'\n" "$KAFKA_SCRAM_PASSWORD"
 }
 
 start() {

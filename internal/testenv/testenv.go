@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -103,6 +104,68 @@ func CheckFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 		case <-ctx.Done():
 			t.Fatalf("after %v: %s", d, what)
 		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// SecureKafka locates the SASL and TLS test listeners of the real broker
+// that scripts/kafka/start.sh configures (see scripts/services.sh for the
+// variables).
+type SecureKafka struct {
+	// SASL is a SASL_PLAINTEXT (SCRAM) listener, SSL a TLS one, SASLSSL
+	// SCRAM over TLS.
+	SASL, SSL, SASLSSL []string
+	// CAFile is the PEM CA that signed the broker's certificate.
+	CAFile string
+	// User and Password are a SCRAM user with SHA-256 and SHA-512
+	// credentials.
+	User, Password string
+	// TopicPrefix is fresh for the test.
+	TopicPrefix string
+}
+
+// RealSecureKafka returns the secure listeners of the broker, or skips (fails
+// in CI) when they do not answer.
+func RealSecureKafka(t testing.TB) SecureKafka {
+	t.Helper()
+	env := func(name, def string) string {
+		if v := os.Getenv(name); v != "" {
+			return v
+		}
+		return def
+	}
+	s := SecureKafka{
+		SASL:        strings.Split(env("KAFKA_SASL_BROKERS", "127.0.0.1:9094"), ","),
+		SSL:         strings.Split(env("KAFKA_SSL_BROKERS", "127.0.0.1:9095"), ","),
+		SASLSSL:     strings.Split(env("KAFKA_SASL_SSL_BROKERS", "127.0.0.1:9096"), ","),
+		CAFile:      env("KAFKA_SSL_CA_FILE", filepath.Join(repoRoot(), ".services", "kafka", "tls", "ca.crt")),
+		User:        env("KAFKA_SCRAM_USER", "ledger"),
+		Password:    env("KAFKA_SCRAM_PASSWORD", "ledger-secret"),
+		TopicPrefix: UniquePrefix(t),
+	}
+	for _, addr := range [][]string{s.SASL, s.SSL, s.SASLSSL} {
+		conn, err := net.DialTimeout("tcp", addr[0], 2*time.Second)
+		if err != nil {
+			Unavailable(t, "no Kafka SASL/TLS test listener at %s: %v (scripts/kafka/start.sh adds them)", addr[0], err)
+		}
+		conn.Close()
+	}
+	if _, err := os.Stat(s.CAFile); err != nil {
+		Unavailable(t, "no test CA for the Kafka TLS listener: %v", err)
+	}
+	return s
+}
+
+// repoRoot is the directory holding go.mod, found from the working
+// directory (a test runs in its package's directory).
+func repoRoot() string {
+	dir, _ := os.Getwd()
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d
+		}
+		if filepath.Dir(d) == d {
+			return dir
 		}
 	}
 }

@@ -8,9 +8,22 @@
 #   KAFKA_HOME_DIR         state dir: libs/, data/, logs/, config  [<repo>/.services/kafka]
 #   KAFKA_PORT             client listener on 127.0.0.1            [9092]
 #   KAFKA_CONTROLLER_PORT  KRaft controller listener on 127.0.0.1  [9093]
+#   KAFKA_SASL_PORT        SASL_PLAINTEXT (SCRAM) listener         [KAFKA_PORT+2]
+#   KAFKA_SSL_PORT         SSL (TLS, no SASL) listener             [KAFKA_PORT+3]
+#   KAFKA_SASL_SSL_PORT    SASL_SSL (SCRAM over TLS) listener      [KAFKA_PORT+4]
+#   KAFKA_SCRAM_USER       SCRAM user created at format time       [ledger]
+#   KAFKA_SCRAM_PASSWORD   its password (both SHA-256 and SHA-512) [ledger-secret]
 #   KAFKA_START_TIMEOUT    seconds to wait for the broker          [120]
 #   KAFKA_HEAP_OPTS        JVM heap flags                          [-Xms256m -Xmx768m]
 #   JAVA                   java binary (17 or newer)               [java]
+#
+# The plain listener (KAFKA_PORT) is what everything uses by default; the
+# SASL and TLS listeners exist so that the ledger's Kafka security can be
+# tested against a real broker. Their throwaway CA and broker certificate are
+# generated on first start under $KAFKA_HOME_DIR/tls (the CA is tls/ca.crt);
+# the SCRAM user is added when the storage is formatted (or, for storage
+# formatted by an older version of this script, once the broker answers).
+# These credentials are for a loopback test broker only.
 #
 # Progress goes to stderr; nothing is printed on stdout.
 # Needs java 17+ and maven; installs both with apt-get (as root) if missing.
@@ -22,6 +35,11 @@ REPO=$(cd "$SCRIPT_DIR/../.." && pwd)
 KAFKA_HOME_DIR=${KAFKA_HOME_DIR:-$REPO/.services/kafka}
 KAFKA_PORT=${KAFKA_PORT:-9092}
 KAFKA_CONTROLLER_PORT=${KAFKA_CONTROLLER_PORT:-9093}
+KAFKA_SASL_PORT=${KAFKA_SASL_PORT:-$((KAFKA_PORT + 2))}
+KAFKA_SSL_PORT=${KAFKA_SSL_PORT:-$((KAFKA_PORT + 3))}
+KAFKA_SASL_SSL_PORT=${KAFKA_SASL_SSL_PORT:-$((KAFKA_PORT + 4))}
+KAFKA_SCRAM_USER=${KAFKA_SCRAM_USER:-ledger}
+KAFKA_SCRAM_PASSWORD=${KAFKA_SCRAM_PASSWORD:-ledger-secret}
 KAFKA_START_TIMEOUT=${KAFKA_START_TIMEOUT:-120}
 KAFKA_HEAP_OPTS=${KAFKA_HEAP_OPTS:--Xms256m -Xmx768m}
 JAVA=${JAVA:-java}
@@ -35,6 +53,10 @@ CONFIG=$KAFKA_HOME_DIR/server.properties
 TOOLS_CONFIG=$KAFKA_HOME_DIR/tools.properties
 CLUSTER_ID_FILE=$KAFKA_HOME_DIR/cluster.id
 PID_FILE=$KAFKA_HOME_DIR/kafka.pid
+TLS_DIR=$KAFKA_HOME_DIR/tls
+# The PKCS#12 keystore's password: it guards a throwaway key on loopback.
+KEYSTORE_PASSWORD=rolloutledger-test
+SCRAM_STAMP=$KAFKA_HOME_DIR/scram.users
 BOOTSTRAP=127.0.0.1:$KAFKA_PORT
 
 log() { echo "kafka: $*" >&2; }
@@ -64,6 +86,7 @@ java_major() {
 ensure_tools() {
   local want=()
   command -v "$JAVA" >/dev/null 2>&1 || want+=(openjdk-17-jre-headless)
+  command -v openssl >/dev/null 2>&1 || want+=(openssl)
   # Maven is only needed while the jars are not resolved yet.
   if [ ! -f "$LIBS/.resolved" ] && ! command -v mvn >/dev/null 2>&1; then want+=(maven); fi
   [ ${#want[@]} -eq 0 ] || apt_install "${want[@]}"
@@ -133,17 +156,55 @@ resolve_jars() {
   log "jars resolved in $((SECONDS - t0))s: $(basename "$(ls "$LIBS"/kafka_2.13-*.jar)")"
 }
 
+# A throwaway CA and a broker certificate for 127.0.0.1 and localhost, made
+# once per state dir. Clients trust $TLS_DIR/ca.crt.
+ensure_tls() {
+  [ -s "$TLS_DIR/broker.p12" ] && [ -s "$TLS_DIR/ca.crt" ] && return 0
+  log "generating a test CA and broker certificate in $TLS_DIR"
+  rm -rf "$TLS_DIR.tmp"
+  mkdir -p "$TLS_DIR.tmp"
+  (
+    cd "$TLS_DIR.tmp"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=rolloutledger test CA" \
+      -keyout ca.key -out ca.crt 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" -keyout broker.key -out broker.csr 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1,IP:::1,DNS:localhost\nextendedKeyUsage=serverAuth\n' >broker.ext
+    openssl x509 -req -in broker.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+      -extfile broker.ext -out broker.crt 2>/dev/null
+    openssl pkcs12 -export -in broker.crt -inkey broker.key -certfile ca.crt -name broker \
+      -passout "pass:$KEYSTORE_PASSWORD" -out broker.p12
+    rm -f broker.csr broker.ext ca.srl
+  ) || die "could not generate the test certificates with openssl"
+  rm -rf "$TLS_DIR"
+  mv "$TLS_DIR.tmp" "$TLS_DIR"
+}
+
 write_config() {
+  local scram_jaas='org.apache.kafka.common.security.scram.ScramLoginModule required;'
   cat >"$CONFIG" <<PROPS
 # Written by scripts/kafka/start.sh on every start; edit the script, not this file.
 process.roles=broker,controller
 node.id=1
 controller.quorum.bootstrap.servers=127.0.0.1:$KAFKA_CONTROLLER_PORT
-listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT,SASL_PLAINTEXT://127.0.0.1:$KAFKA_SASL_PORT,SSL://127.0.0.1:$KAFKA_SSL_PORT,SASL_SSL://127.0.0.1:$KAFKA_SASL_SSL_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT,SASL_PLAINTEXT://127.0.0.1:$KAFKA_SASL_PORT,SSL://127.0.0.1:$KAFKA_SSL_PORT,SASL_SSL://127.0.0.1:$KAFKA_SASL_SSL_PORT
 inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SSL:SSL,SASL_SSL:SASL_SSL
+
+# Test listeners for the ledger's Kafka security: SCRAM users live in the
+# cluster metadata (added at format time); TLS uses the throwaway CA.
+sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512
+listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=$scram_jaas
+listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=$scram_jaas
+listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=$scram_jaas
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=$scram_jaas
+ssl.keystore.type=PKCS12
+ssl.keystore.location=$TLS_DIR/broker.p12
+ssl.keystore.password=$KEYSTORE_PASSWORD
+ssl.key.password=$KEYSTORE_PASSWORD
+ssl.client.auth=none
+ssl.enabled.protocols=TLSv1.2,TLSv1.3
 
 log.dirs=$DATA
 num.partitions=12
@@ -185,8 +246,27 @@ format_storage() {
   cluster_id=$(tr -d '[:space:]' <"$CLUSTER_ID_FILE")
   log "formatting $DATA (cluster id $cluster_id)"
   "$JAVA" "${TOOL_JVM_OPTS[@]}" -cp "$LIBS/*" kafka.tools.StorageTool format \
-    --standalone --ignore-formatted --cluster-id "$cluster_id" --config "$CONFIG" >&2 ||
+    --standalone --ignore-formatted --cluster-id "$cluster_id" --config "$CONFIG" \
+    --add-scram "SCRAM-SHA-256=[name=$KAFKA_SCRAM_USER,password=$KAFKA_SCRAM_PASSWORD]" \
+    --add-scram "SCRAM-SHA-512=[name=$KAFKA_SCRAM_USER,password=$KAFKA_SCRAM_PASSWORD]" \
+    >"$LOGS/format.log" 2>&1 || {
+    cat "$LOGS/format.log" >&2
     die "kafka.tools.StorageTool format failed (see $LOGS/tools.log)"
+  }
+  echo "$KAFKA_SCRAM_USER" >"$SCRAM_STAMP"
+}
+
+# Storage formatted before the SCRAM user existed gets it through the admin
+# API once the broker answers (the plain listener needs no credentials).
+ensure_scram_user() {
+  [ -f "$SCRAM_STAMP" ] && [ "$(cat "$SCRAM_STAMP")" = "$KAFKA_SCRAM_USER" ] && return 0
+  log "adding SCRAM user $KAFKA_SCRAM_USER"
+  "$JAVA" "${TOOL_JVM_OPTS[@]}" -cp "$LIBS/*" org.apache.kafka.tools.ConfigCommand \
+    --bootstrap-server "$BOOTSTRAP" --command-config "$TOOLS_CONFIG" --alter \
+    --add-config "SCRAM-SHA-256=[password=$KAFKA_SCRAM_PASSWORD],SCRAM-SHA-512=[password=$KAFKA_SCRAM_PASSWORD]" \
+    --entity-type users --entity-name "$KAFKA_SCRAM_USER" >&2 ||
+    die "could not add the SCRAM user $KAFKA_SCRAM_USER"
+  echo "$KAFKA_SCRAM_USER" >"$SCRAM_STAMP"
 }
 
 launch() {
@@ -195,7 +275,7 @@ launch() {
   for f in server.log stdout.log; do
     if [ -f "$LOGS/$f" ]; then mv -f "$LOGS/$f" "$LOGS/$f.prev"; fi
   done
-  log "starting broker on $BOOTSTRAP (controller 127.0.0.1:$KAFKA_CONTROLLER_PORT), log $LOGS/server.log"
+  log "starting broker on $BOOTSTRAP (controller 127.0.0.1:$KAFKA_CONTROLLER_PORT; SASL $KAFKA_SASL_PORT, SSL $KAFKA_SSL_PORT, SASL_SSL $KAFKA_SASL_SSL_PORT), log $LOGS/server.log"
   # shellcheck disable=SC2086 # KAFKA_HEAP_OPTS is a list of flags
   nohup "$JAVA" $KAFKA_HEAP_OPTS -server -XX:ActiveProcessorCount=2 \
     -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 \
@@ -229,11 +309,13 @@ main() {
   mkdir -p "$KAFKA_HOME_DIR" "$LOGS"
   ensure_tools
   resolve_jars
+  ensure_tls
   write_config
 
   if pid_alive; then
     log "broker process already running (pid $(cat "$PID_FILE")); waiting for it to answer"
     wait_ready
+    ensure_scram_user
     return 0
   fi
   if port_open "$KAFKA_PORT"; then
@@ -246,11 +328,18 @@ main() {
   if port_open "$KAFKA_CONTROLLER_PORT"; then
     die "controller port 127.0.0.1:$KAFKA_CONTROLLER_PORT is already in use (set KAFKA_CONTROLLER_PORT)"
   fi
+  local v
+  for v in KAFKA_SASL_PORT KAFKA_SSL_PORT KAFKA_SASL_SSL_PORT; do
+    if port_open "${!v}"; then
+      die "port 127.0.0.1:${!v} is already in use (set $v)"
+    fi
+  done
 
   rm -f "$PID_FILE"
   format_storage
   launch
   wait_ready
+  ensure_scram_user
 }
 
 main "$@"
