@@ -254,7 +254,7 @@ func (s *Stack) Addr() string { return s.ln.Addr().String() }
 
 // URL is the base URL of the stack's HTTP interface.
 func (s *Stack) URL() string {
-	if s.srv != nil && s.srv.TLSConfig != nil {
+	if s.opts.TLSCertFile != "" {
 		return "https://" + s.Addr()
 	}
 	return "http://" + s.Addr()
