@@ -7,9 +7,11 @@ samples as NumPy arrays and report their gradient steps. See README.md.
 
 from .client import Ack, Ledger
 from .errors import (
+    AuthenticationError,
     InfrastructureError,
     LedgerError,
     NotFoundError,
+    PermissionDeniedError,
     RejectedError,
     ResumeError,
     UnavailableError,
@@ -46,6 +48,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Ack",
     "Attempt",
+    "AuthenticationError",
     "AttemptFailed",
     "AttemptFinished",
     "AttemptStarted",
@@ -62,6 +65,7 @@ __all__ = [
     "Ledger",
     "LedgerError",
     "NotFoundError",
+    "PermissionDeniedError",
     "PolicyPublished",
     "RejectedError",
     "ResumeError",

@@ -107,6 +107,12 @@ def error_from_response(resp: Response, what: str) -> E.LedgerError:
         message = resp.body[:500].decode("utf-8", "replace").strip()
     message = message or f"{what}: HTTP {resp.status}"
     kw = dict(status=resp.status, code=code, index=index, field=field)
+    if resp.status == 401:
+        return E.AuthenticationError(
+            f"{message} (send a token the ledger knows: Ledger(token=...) or $ROLLOUTLEDGER_TOKEN)", **kw
+        )
+    if resp.status == 403:
+        return E.PermissionDeniedError(message, **kw)
     if resp.status == 404:
         return E.NotFoundError(message, **kw)
     if resp.status in TRANSIENT_STATUSES:

@@ -24,6 +24,7 @@ Reading. :meth:`Ledger.batches` long-polls for sealed batches;
 from __future__ import annotations
 
 import atexit
+import os
 import queue
 import random
 import threading
@@ -76,6 +77,12 @@ class Ledger:
     bounds the events queued by :meth:`emit`; ``batch_events`` and
     ``batch_bytes`` bound one request; ``linger`` is how long the flusher
     waits for more events before sending a small batch.
+
+    ``token`` is the bearer token sent with every request; when it is None,
+    ``$ROLLOUTLEDGER_TOKEN`` is used if set. A ledger that does not know the
+    token answers 401 (:class:`~rolloutledger.AuthenticationError`); one whose
+    role or run scope does not allow a request answers 403
+    (:class:`~rolloutledger.PermissionDeniedError`).
     """
 
     def __init__(
@@ -104,6 +111,8 @@ class Ledger:
         self.batch_events = batch_events
         self.batch_bytes = batch_bytes
         self.linger = linger
+        if token is None:
+            token = os.environ.get("ROLLOUTLEDGER_TOKEN") or None
         self._http = Transport(self.url, token=token)
         self._queue: queue.Queue = queue.Queue(maxsize=max_buffer)
         self._lock = threading.Lock()
@@ -323,7 +332,9 @@ class Ledger:
                     self._send_refusing(chunk)
                 except E.LedgerError as e:
                     # Nothing more is sent: keep what was not acknowledged.
-                    if not isinstance(e, E.UnavailableError):
+                    # An unknown token stays an AuthenticationError: it
+                    # is not the ledger being unavailable.
+                    if not isinstance(e, (E.UnavailableError, E.AuthenticationError)):
                         e = E.UnavailableError(str(e), status=e.status, code=e.code, index=e.index, field=e.field)
                     e.events = [r for c in chunks[n:] for r in c]
                     self._fatal = e

@@ -118,6 +118,21 @@ class RejectedError(LedgerError):
     """The server refused a request (4xx): nothing of it was appended."""
 
 
+class AuthenticationError(RejectedError):
+    """The ledger does not know the caller (401): no bearer token was sent,
+    or the token is not one of the ledger's. Pass ``token=`` to
+    :class:`~rolloutledger.Ledger` or set ``ROLLOUTLEDGER_TOKEN``. Nothing of
+    the request was appended; retrying with the same token cannot help."""
+
+
+class PermissionDeniedError(RejectedError):
+    """The caller's token may not do this (403): its role does not allow
+    the route, or one event of an append is of a type the role may not write
+    (``field == "type"``) or of a run outside the token's scope
+    (``field == "run"``); ``index`` names that event. Nothing of the request
+    was appended."""
+
+
 class NotFoundError(LedgerError):
     """The server has no such resource (404): an unknown batch, say."""
 
