@@ -20,6 +20,13 @@
 // ordered with respect to each other; producers that need order wait for the
 // acknowledgment before sending more, as the HTTP contract asks.
 //
+// # Security
+//
+// [Config.TLS] and [Config.SASL] (SCRAM, see [Security] and [NewSCRAM]) apply
+// to every connection the ledger makes: every reader, writer and admin client
+// dials through [Config.Dialer] or [Config.Transport], and no package builds
+// its own.
+//
 // # Retries
 //
 // kafka-go has no idempotent producer, so a retried write can duplicate
