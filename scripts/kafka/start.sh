@@ -261,11 +261,16 @@ format_storage() {
 ensure_scram_user() {
   [ -f "$SCRAM_STAMP" ] && [ "$(cat "$SCRAM_STAMP")" = "$KAFKA_SCRAM_USER" ] && return 0
   log "adding SCRAM user $KAFKA_SCRAM_USER"
-  "$JAVA" "${TOOL_JVM_OPTS[@]}" -cp "$LIBS/*" org.apache.kafka.tools.ConfigCommand \
-    --bootstrap-server "$BOOTSTRAP" --command-config "$TOOLS_CONFIG" --alter \
-    --add-config "SCRAM-SHA-256=[password=$KAFKA_SCRAM_PASSWORD],SCRAM-SHA-512=[password=$KAFKA_SCRAM_PASSWORD]" \
-    --entity-type users --entity-name "$KAFKA_SCRAM_USER" >&2 ||
-    die "could not add the SCRAM user $KAFKA_SCRAM_USER"
+  local mech
+  # One mechanism per request: Kafka refuses two changes of one user's
+  # credentials in the same request.
+  for mech in SCRAM-SHA-256 SCRAM-SHA-512; do
+    "$JAVA" "${TOOL_JVM_OPTS[@]}" -cp "$LIBS/*" org.apache.kafka.tools.ConfigCommand \
+      --bootstrap-server "$BOOTSTRAP" --command-config "$TOOLS_CONFIG" --alter \
+      --add-config "$mech=[password=$KAFKA_SCRAM_PASSWORD]" \
+      --entity-type users --entity-name "$KAFKA_SCRAM_USER" >&2 ||
+      die "could not add the SCRAM user $KAFKA_SCRAM_USER ($mech)"
+  done
   echo "$KAFKA_SCRAM_USER" >"$SCRAM_STAMP"
 }
 
