@@ -321,6 +321,10 @@ main() {
     log "broker process already running (pid $(cat "$PID_FILE")); waiting for it to answer"
     wait_ready
     ensure_scram_user
+    if ! port_open "$KAFKA_SASL_PORT"; then
+      log "WARNING: this broker was started without the SASL/TLS test listeners (an older configuration);" \
+        "restart it (scripts/kafka/stop.sh, then this script) for the Kafka security tests"
+    fi
     return 0
   fi
   if port_open "$KAFKA_PORT"; then
