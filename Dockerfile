@@ -1,11 +1,11 @@
 # syntax=docker/dockerfile:1
+# check=experimental=all
 #
 # One image for every service of the stack: `rolloutledger serve --only <service>`,
 # `rolloutledger migrate`, and the other subcommands. docker-compose.yml builds it
 # once and runs it as several containers.
 
-# Build stage: a static binary (no cgo), with the module and build caches kept
-# between builds.
+# build compiles a static binary (no cgo), with module and build caches.
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
@@ -17,8 +17,8 @@ RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache
 # volume mounted over it starts out writable.
 RUN mkdir -p /out/state && chown 65532:65532 /out/state
 
-# Runtime stage: no shell, no package manager, a non-root user (65532).
-FROM gcr.io/distroless/static-debian12:nonroot
+# runtime has no shell and no package manager, and runs as a non-root user (65532).
+FROM gcr.io/distroless/static-debian12:nonroot AS runtime
 COPY --from=build /out/rolloutledger /usr/local/bin/rolloutledger
 COPY --from=build --chown=65532:65532 /out/state /var/lib/rolloutledger
 USER 65532:65532
