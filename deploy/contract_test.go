@@ -26,16 +26,16 @@ var contract = map[string]metric{
 	"rolloutledger_produce_duration_seconds": {"histogram", map[string][]string{"topic": nil}},
 	"rolloutledger_consumer_lag": {"gauge", map[string][]string{
 		"consumer": {"projector", "pgsink"}, "topic": nil, "partition": nil}},
-	"rolloutledger_facts_folded_total":     {"counter", map[string][]string{"partition": nil}},
-	"rolloutledger_seal_latency_seconds":   {"histogram", nil},
-	"rolloutledger_batches_sealed_total":   {"counter", nil},
+	"rolloutledger_facts_folded_total":   {"counter", map[string][]string{"partition": nil}},
+	"rolloutledger_seal_latency_seconds": {"histogram", nil},
+	"rolloutledger_batches_sealed_total": {"counter", nil},
 	"rolloutledger_batch_turns_total": {"counter", map[string][]string{
 		"staleness": {"0", "1", "2", "3", "4", "5", "6", "7", "8+"}, "masked": {"true", "false"}}},
-	"rolloutledger_groups_dropped_total":     {"counter", map[string][]string{"reason": nil}},
-	"rolloutledger_findings_total":           {"counter", map[string][]string{"kind": nil}},
-	"rolloutledger_decisions_emitted_total":  {"counter", map[string][]string{"type": nil}},
+	"rolloutledger_groups_dropped_total":      {"counter", map[string][]string{"reason": nil}},
+	"rolloutledger_findings_total":            {"counter", map[string][]string{"kind": nil}},
+	"rolloutledger_decisions_emitted_total":   {"counter", map[string][]string{"type": nil}},
 	"rolloutledger_pg_write_duration_seconds": {"histogram", nil},
-	"rolloutledger_pg_rows_written_total":    {"counter", map[string][]string{"table": nil}},
+	"rolloutledger_pg_rows_written_total":     {"counter", map[string][]string{"table": nil}},
 }
 
 // targetLabels are attached by Prometheus to every scraped series
