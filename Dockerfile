@@ -8,8 +8,8 @@
 # build compiles a static binary (no cgo), with module and build caches.
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
-COPY go.mod go.sum ./
-RUN --mount=type=cache,target=/go/pkg/mod go mod download
+# No separate `go mod download` layer: it would fetch the test-only modules
+# too; the build fetches what the binary imports, into the cache mount.
 COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/rolloutledger ./cmd/rolloutledger
