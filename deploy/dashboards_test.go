@@ -11,10 +11,13 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/grafana/grafana-foundation-sdk/go/cog/plugins"
+	grafana "github.com/grafana/grafana-foundation-sdk/go/dashboard"
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 	"gopkg.in/yaml.v3"
@@ -75,11 +78,11 @@ func loadDashboards(t *testing.T) map[string]dashboard {
 		if err != nil {
 			t.Fatal(err)
 		}
-		dec := json.NewDecoder(bytes.NewReader(raw))
 		var d dashboard
-		if err := dec.Decode(&d); err != nil {
+		if err := json.Unmarshal(raw, &d); err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
+		checkGrafanaSchema(t, f, raw)
 		if d.UID == "" || d.Title == "" {
 			t.Errorf("%s: a provisioned dashboard needs a uid and a title", f)
 		}
@@ -87,6 +90,29 @@ func loadDashboards(t *testing.T) map[string]dashboard {
 	}
 	return out
 }
+
+// checkGrafanaSchema decodes a dashboard with Grafana's own schema types
+// (the foundation SDK generated from Grafana's CUE schemas), which refuses
+// unknown fields and wrong types. Fields the schema calls required but
+// Grafana fills in with defaults when it loads a dashboard are not required
+// here.
+func checkGrafanaSchema(t *testing.T, file string, raw []byte) {
+	t.Helper()
+	plugins.RegisterDefaultPlugins()
+	var g grafana.Dashboard
+	err := g.UnmarshalJSONStrict(raw)
+	if err == nil {
+		return
+	}
+	for _, line := range strings.Split(err.Error(), "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasSuffix(line, "required field is missing from input") {
+			t.Errorf("%s: %s", file, line)
+		}
+	}
+}
+
+// panelTypes are the panel plugins built into Grafana that the dashboards use.
+var panelTypes = []string{"row", "timeseries", "stat", "table", "barchart", "trend", "piechart", "bargauge", "gauge", "text"}
 
 // provisionedDatasources reads the uids and types Grafana is provisioned with.
 func provisionedDatasources(t *testing.T) map[string]string {
@@ -149,6 +175,9 @@ func TestDashboards(t *testing.T) {
 			}
 			if p.GridPos.X+p.GridPos.W > 24 {
 				t.Errorf("%s is wider than the 24-column grid", where)
+			}
+			if !slices.Contains(panelTypes, p.Type) {
+				t.Errorf("%s: panel type %q is not one of Grafana's built-in panels %v", where, p.Type, panelTypes)
 			}
 			if p.Type == "row" {
 				continue
