@@ -77,6 +77,7 @@ Start with: rolloutledger demo`,
 		newAuditCmd(g),
 		newProveCmd(g),
 		newMigrateCmd(g), newProjectionsCmd(g),
+		newHealthcheckCmd(g),
 		notYet("bench", "Run the benchmark suite"),
 	)
 	return root
