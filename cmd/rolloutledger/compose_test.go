@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/internal/cli"
+	"github.com/rolloutledger/rolloutledger/services/auth"
 	"github.com/rolloutledger/rolloutledger/services/kafkalog"
 	"github.com/rolloutledger/rolloutledger/services/stack"
 )
@@ -150,14 +151,14 @@ func checkService(t *testing.T, p *types.Project, name string, s types.ServiceCo
 		if _, err := os.Stat(filepath.Join(s.Build.Context, s.Build.Dockerfile)); err != nil {
 			t.Errorf("service %s builds from %s: %v", name, s.Build.Dockerfile, err)
 		}
-		checkLedgerCommand(t, name, s)
+		checkLedgerCommand(t, p, name, s)
 	}
 }
 
 // checkLedgerCommand runs every ledger command line of the compose file
 // through this build's command line (with --help, so nothing starts) and
 // checks the service set it asks for is one serve accepts.
-func checkLedgerCommand(t *testing.T, name string, s types.ServiceConfig) {
+func checkLedgerCommand(t *testing.T, p *types.Project, name string, s types.ServiceConfig) {
 	t.Helper()
 	args := []string(s.Command)
 	if len(args) == 0 {
@@ -201,6 +202,7 @@ func checkLedgerCommand(t *testing.T, name string, s types.ServiceConfig) {
 	if err := o.Validate(); err != nil {
 		t.Errorf("service %s: serve %v would refuse to start: %v", name, args[1:], err)
 	}
+	checkLedgerTokens(t, p, name, s, args, services)
 	if slices.Contains(services, stack.ServiceProjector) {
 		mounted := slices.ContainsFunc(s.Volumes, func(v types.ServiceVolumeConfig) bool {
 			return v.Type == types.VolumeTypeVolume && v.Target == *data
@@ -208,6 +210,49 @@ func checkLedgerCommand(t *testing.T, name string, s types.ServiceConfig) {
 		if !mounted {
 			t.Errorf("service %s: the projector's state (--data %s) is not on a named volume: a new container would refold every run", name, *data)
 		}
+	}
+}
+
+// checkLedgerTokens checks that a serve with an HTTP front (ingest or api)
+// is given a token file that the ledger accepts: serve refuses to start
+// without tokens unless told --insecure, which the stack must not be.
+func checkLedgerTokens(t *testing.T, p *types.Project, name string, s types.ServiceConfig, args, services []string) {
+	t.Helper()
+	if slices.Contains(args, "--insecure") {
+		t.Errorf("service %s: serve --insecure accepts requests from anyone; give it a token file", name)
+	}
+	if !slices.Contains(services, stack.ServiceIngest) && !slices.Contains(services, stack.ServiceAPI) {
+		return
+	}
+	target := env(s, "ROLLOUTLEDGER_TOKENS_FILE")
+	if target == "" {
+		t.Errorf("service %s: serve %v has no ROLLOUTLEDGER_TOKENS_FILE and would refuse to start", name, args[1:])
+		return
+	}
+	var source string
+	for _, ref := range s.Secrets {
+		secretTarget := ref.Target
+		if secretTarget == "" {
+			secretTarget = ref.Source
+		}
+		if !strings.HasPrefix(secretTarget, "/") {
+			secretTarget = "/run/secrets/" + secretTarget
+		}
+		if secretTarget == target {
+			source = p.Secrets[ref.Source].File
+		}
+	}
+	if source == "" {
+		t.Errorf("service %s: ROLLOUTLEDGER_TOKENS_FILE=%s is not one of its secrets", name, target)
+		return
+	}
+	tokens, err := auth.LoadFile(source)
+	if err != nil {
+		t.Errorf("service %s: its token file: %v", name, err)
+		return
+	}
+	if _, err := auth.New(tokens); err != nil {
+		t.Errorf("service %s: its token file: %v", name, err)
 	}
 }
 
