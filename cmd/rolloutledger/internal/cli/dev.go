@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/rolloutledger/rolloutledger/internal/telemetry"
 	"github.com/rolloutledger/rolloutledger/services/embedded"
 	"github.com/rolloutledger/rolloutledger/services/kafkalog"
 	"github.com/rolloutledger/rolloutledger/services/stack"
@@ -74,23 +76,34 @@ type devStack struct {
 	broker *embedded.Broker
 	stack  *stack.Stack
 	kafka  kafkalog.Config
+	tel    *telemetry.Telemetry
 }
 
 func startDev(ctx context.Context, o devOptions) (*devStack, error) {
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	tel, err := newTelemetry(ctx, telemetry.DefaultServiceName, log)
+	if err != nil {
+		return nil, err
+	}
 	b, err := embedded.Start(embedded.Options{
 		Addr: o.KafkaAddr, DataDir: filepath.Join(o.Data, "kafka"), Partitions: o.Partitions,
 		SyncWrites: o.SyncWrites, Logger: o.Logger,
 	})
 	if err != nil {
+		tel.Shutdown(context.WithoutCancel(ctx))
 		return nil, err
 	}
 	kc := kafkalog.Config{Brokers: []string{b.Addr()}, TopicPrefix: o.TopicPrefix, Partitions: o.Partitions}
-	s, err := stack.Start(ctx, stack.Options{Addr: o.Addr, Kafka: kc, DataDir: o.Data, Logger: o.Logger, DatabaseURL: o.DatabaseURL})
+	s, err := stack.Start(ctx, stack.Options{Addr: o.Addr, Kafka: kc, DataDir: o.Data, Logger: o.Logger, DatabaseURL: o.DatabaseURL, Telemetry: tel})
 	if err != nil {
 		b.Close()
+		tel.Shutdown(context.WithoutCancel(ctx))
 		return nil, err
 	}
-	return &devStack{broker: b, stack: s, kafka: kc}, nil
+	return &devStack{broker: b, stack: s, kafka: kc, tel: tel}, nil
 }
 
 func (d *devStack) close(grace time.Duration) error {
@@ -98,5 +111,5 @@ func (d *devStack) close(grace time.Duration) error {
 	defer cancel()
 	err := d.stack.Shutdown(ctx)
 	d.broker.Close()
-	return err
+	return errors.Join(err, d.tel.Shutdown(ctx))
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/rolloutledger/rolloutledger/internal/telemetry"
 	"github.com/rolloutledger/rolloutledger/services/stack"
 )
 
@@ -38,7 +39,22 @@ after applying the Postgres migrations).`,
 				services = append(services, s)
 			}
 		}
-		s, err := stack.Start(cmd.Context(), stack.Options{Addr: addr, Kafka: kf.config(), Only: services, DataDir: data, ProjectorPartitions: own, Logger: log, DatabaseURL: dbURL()})
+		name := telemetry.DefaultServiceName
+		if len(services) == 1 {
+			name += "-" + services[0]
+		}
+		tel, err := newTelemetry(cmd.Context(), name, log)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			ctx, cancel := contextWithTimeout(10 * time.Second)
+			defer cancel()
+			if err := tel.Shutdown(ctx); err != nil {
+				log.Warn("flushing telemetry", "err", err)
+			}
+		}()
+		s, err := stack.Start(cmd.Context(), stack.Options{Addr: addr, Kafka: kf.config(), Only: services, DataDir: data, ProjectorPartitions: own, Logger: log, DatabaseURL: dbURL(), Telemetry: tel})
 		if err != nil {
 			return err
 		}
