@@ -19,7 +19,14 @@ func newServeCmd(g *globals) *cobra.Command {
 		Long: `serve runs the ledger's services against the Kafka cluster at --brokers.
 --only picks a subset: ingest, projector, pgsink, api (default: every service
 this build provides; the pgsink when --database-url or $DATABASE_URL is set,
-after applying the Postgres migrations).`,
+after applying the Postgres migrations).
+
+Every process serves GET /healthz and GET /metrics (Prometheus) on --addr.
+Tracing is off unless the standard OpenTelemetry variables ask for it:
+OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_TRACES_EXPORTER=otlp) sends spans over
+OTLP (OTEL_EXPORTER_OTLP_PROTOCOL http/protobuf or grpc); OTEL_SERVICE_NAME
+defaults to rolloutledger, or rolloutledger-<service> with one --only
+service; OTEL_SDK_DISABLED=true turns tracing and the ledger's metrics off.`,
 		Args: cobra.NoArgs,
 	}
 	kf := addKafkaFlags(cmd)
