@@ -4,7 +4,9 @@
 package ingest
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +17,7 @@ import (
 	"time"
 
 	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/internal/telemetry"
 	"github.com/rolloutledger/rolloutledger/services/auth"
 	"github.com/rolloutledger/rolloutledger/services/httpx"
 	"github.com/rolloutledger/rolloutledger/services/kafkalog"
@@ -42,6 +45,10 @@ type Service struct {
 	// 30 s. The append is detached from the client's connection, so a client
 	// that goes away does not abandon a half-written request.
 	AppendTimeout time.Duration
+	// Telemetry counts requests and events; nil records nothing. The
+	// request's trace context (see [telemetry.Telemetry.HTTPHandler])
+	// reaches the Appender through the request context.
+	Telemetry *telemetry.Telemetry
 }
 
 // Response is the body of a 200 answer: each event's position, in request
@@ -59,8 +66,50 @@ type Appended struct {
 
 // Register adds the service's routes to mux.
 func (s *Service) Register(mux *http.ServeMux) {
-	mux.HandleFunc("POST /v1/events", s.postEvents)
+	mux.Handle("POST /v1/events", s.counted(http.HandlerFunc(s.postEvents)))
 }
+
+// counted counts every request by the outcome its status code says, so
+// refusals added around the handler later (authentication) count too.
+func (s *Service) counted(h http.Handler) http.Handler {
+	m := telemetry.OrNop(s.Telemetry).Metrics
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		h.ServeHTTP(sw, r)
+		m.IngestRequest(r.Context(), outcome(sw.status))
+	})
+}
+
+func outcome(status int) string {
+	switch {
+	case status < 300:
+		return telemetry.OutcomeOK
+	case status == http.StatusRequestEntityTooLarge:
+		return telemetry.OutcomeTooLarge
+	case status == http.StatusUnsupportedMediaType:
+		return telemetry.OutcomeUnsupported
+	case status == http.StatusUnauthorized:
+		return telemetry.OutcomeUnauthorized
+	case status == http.StatusForbidden:
+		return telemetry.OutcomeForbidden
+	case status >= 500:
+		return telemetry.OutcomeUnavailable
+	}
+	return telemetry.OutcomeBadRequest
+}
+
+// statusWriter remembers the status code a handler answered with.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.status = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (s *Service) log() *slog.Logger {
 	if s.Logger == nil {
@@ -93,9 +142,11 @@ func (s *Service) postEvents(w http.ResponseWriter, r *http.Request) {
 	evs, err := events.DecodeBatch(body)
 	var recs []kafkalog.Record
 	if err == nil {
-		recs, err = records(evs, r.Header.Get("traceparent"))
+		recs, err = records(evs)
 	}
+	m := telemetry.OrNop(s.Telemetry).Metrics
 	if err != nil {
+		countRefused(r.Context(), m, body)
 		s.refuse(w, r, err)
 		return
 	}
@@ -113,11 +164,13 @@ func (s *Service) postEvents(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	pos, err := s.Appender.Append(ctx, recs)
 	if err != nil {
-		s.log().Warn("append failed", "events", len(evs), "run", evs[0].Run, "err", err)
+		countEvents(r.Context(), m, evs, telemetry.OutcomeUnavailable)
+		s.log().WarnContext(r.Context(), "append failed", "events", len(evs), "run", evs[0].Run, "err", err)
 		httpx.WriteError(w, http.StatusServiceUnavailable, "not_acknowledged",
 			"Kafka did not acknowledge every event; some may have been appended, and retrying this request with the same ids is safe: "+err.Error())
 		return
 	}
+	countEvents(r.Context(), m, evs, telemetry.OutcomeOK)
 	resp := Response{Events: make([]Appended, len(evs))}
 	for i, ev := range evs {
 		resp.Events[i] = Appended{ID: ev.ID, Partition: pos[i].Partition, Offset: pos[i].Offset}
@@ -140,7 +193,7 @@ func (s *Service) refuse(w http.ResponseWriter, r *http.Request, err error) {
 			status = http.StatusRequestEntityTooLarge
 		}
 	}
-	s.log().Info("request refused", "remote", r.RemoteAddr, "code", detail.Code, "field", detail.Field, "err", err)
+	s.log().InfoContext(r.Context(), "request refused", "remote", r.RemoteAddr, "code", detail.Code, "field", detail.Field, "err", err)
 	httpx.WriteJSON(w, status, httpx.ErrorBody{Error: detail})
 }
 
@@ -160,14 +213,12 @@ func (s *Service) forbid(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // records turns accepted events into Kafka records: canonical value, run as
-// key, and the type, version and trace context as headers.
-func records(evs []events.Event, traceparent string) ([]kafkalog.Record, error) {
+// key, and the type and version as headers. The writer adds the trace
+// context.
+func records(evs []events.Event) ([]kafkalog.Record, error) {
 	values, err := events.EncodeBatch(evs)
 	if err != nil {
 		return nil, err
-	}
-	if !validTraceparent(traceparent) {
-		traceparent = ""
 	}
 	recs := make([]kafkalog.Record, len(evs))
 	for i, ev := range evs {
@@ -175,28 +226,45 @@ func records(evs []events.Event, traceparent string) ([]kafkalog.Record, error) 
 			{Key: "type", Value: []byte(ev.Type)},
 			{Key: "v", Value: []byte(strconv.Itoa(ev.V))},
 		}
-		if traceparent != "" {
-			h = append(h, kafka.Header{Key: "traceparent", Value: []byte(traceparent)})
-		}
 		recs[i] = kafkalog.Record{Key: []byte(ev.Run), Value: values[i], Headers: h}
 	}
 	return recs, nil
 }
 
-// validTraceparent accepts only the W3C form version-traceid-spanid-flags
-// in lowercase hex, so nothing else a client sends is copied into the log.
-func validTraceparent(s string) bool {
-	if len(s) != 55 || s[2] != '-' || s[35] != '-' || s[52] != '-' {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if i == 2 || i == 35 || i == 52 {
-			continue
+// countEvents counts a request's events by type, runs of one type at once.
+func countEvents(ctx context.Context, m *telemetry.Metrics, evs []events.Event, outcome string) {
+	for i := 0; i < len(evs); {
+		j := i + 1
+		for j < len(evs) && evs[j].Type == evs[i].Type {
+			j++
 		}
-		c := s[i]
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
+		m.IngestEvents(ctx, string(evs[i].Type), outcome, j-i)
+		i = j
 	}
-	return true
+}
+
+// countRefused counts the events of a refused request as rejected, by the
+// type each claims when the body is JSON at all; a type outside the
+// catalogue counts as "unknown", keeping the label's values few.
+func countRefused(ctx context.Context, m *telemetry.Metrics, body []byte) {
+	type typed struct {
+		Type events.Type `json:"type"`
+	}
+	var items []typed
+	if trimmed := bytes.TrimSpace(body); len(trimmed) > 0 && trimmed[0] == '{' {
+		var one typed
+		if json.Unmarshal(trimmed, &one) != nil {
+			return
+		}
+		items = []typed{one}
+	} else if json.Unmarshal(trimmed, &items) != nil {
+		return
+	}
+	for _, it := range items {
+		t := "unknown"
+		if events.CurrentVersion(it.Type) != 0 {
+			t = string(it.Type)
+		}
+		m.IngestEvents(ctx, t, telemetry.EventOutcomeRejected, 1)
+	}
 }

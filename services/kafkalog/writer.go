@@ -5,10 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/compress"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/rolloutledger/rolloutledger/internal/telemetry"
 )
 
 // Record is one Kafka record to append.
@@ -41,12 +49,18 @@ type WriterOptions struct {
 	MaxAttempts int
 	// Logger receives kafka-go's error log; nil discards it.
 	Logger *slog.Logger
+	// Telemetry receives the produce spans and latency; nil records
+	// nothing.
+	Telemetry *telemetry.Telemetry
 }
 
 // Writer appends records to one topic with acks=all. It is safe for
 // concurrent use. Use one Writer per ordered stream of records (a topic).
 type Writer struct {
-	w *kafka.Writer
+	w     *kafka.Writer
+	tel   *telemetry.Telemetry
+	topic string
+	attrs []attribute.KeyValue // of every produce span
 }
 
 // NewWriter returns a Writer to topic configured as the package documentation
@@ -87,7 +101,12 @@ func NewWriter(c Config, topic string, o WriterOptions) *Writer {
 			log.Warn(fmt.Sprintf(format, args...))
 		})
 	}
-	return &Writer{w: w}
+	return &Writer{w: w, tel: telemetry.OrNop(o.Telemetry), topic: topic, attrs: []attribute.KeyValue{
+		semconv.MessagingSystemKafka,
+		semconv.MessagingDestinationName(topic),
+		semconv.MessagingOperationName("send"),
+		semconv.MessagingOperationTypeSend,
+	}}
 }
 
 // recordPositions copies the position Kafka gave each record of a written
@@ -108,25 +127,74 @@ func recordPositions(msgs []kafka.Message, err error) {
 // Append writes recs and returns each record's position once Kafka
 // acknowledged all of them. On error, nothing is known of which records were
 // appended; the error wraps [ErrNotAcknowledged].
+//
+// The write is a producer span, child of ctx's span, and the trace context
+// of ctx (that span's when tracing is on) is set in every record's headers,
+// replacing a traceparent the record had; the record values are untouched.
 func (w *Writer) Append(ctx context.Context, recs []Record) ([]Position, error) {
 	if len(recs) == 0 {
 		return nil, nil
 	}
+	ctx, span := w.tel.Tracer().Start(ctx, "send "+w.topic, trace.WithSpanKind(trace.SpanKindProducer))
+	defer span.End()
+	tc := w.tel.TraceHeaders(ctx)
 	pos := make([]Position, len(recs))
 	msgs := make([]kafka.Message, len(recs))
 	for i, r := range recs {
 		pos[i] = Position{Partition: -1, Offset: -1}
-		msgs[i] = kafka.Message{Key: r.Key, Value: r.Value, Headers: r.Headers, WriterData: &pos[i]}
+		h := r.Headers
+		if tc != nil {
+			h = withHeaders(h, tc)
+		}
+		msgs[i] = kafka.Message{Key: r.Key, Value: r.Value, Headers: h, WriterData: &pos[i]}
 	}
-	if err := w.w.WriteMessages(ctx, msgs...); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNotAcknowledged, firstError(err))
+	start := time.Now()
+	err := w.w.WriteMessages(ctx, msgs...)
+	w.tel.Metrics.Produce(ctx, w.topic, time.Since(start))
+	if err != nil {
+		err = fmt.Errorf("%w: %w", ErrNotAcknowledged, firstError(err))
+		span.RecordError(err)
+		span.SetStatus(codes.Error, "not acknowledged")
+		return nil, err
 	}
 	for i, p := range pos {
 		if p.Offset < 0 {
 			return nil, fmt.Errorf("%w: no position reported for record %d", ErrNotAcknowledged, i)
 		}
 	}
+	if span.IsRecording() {
+		span.SetAttributes(w.attrs...)
+		if len(recs) > 1 {
+			span.SetAttributes(semconv.MessagingBatchMessageCount(len(recs)))
+		}
+		if samePartition(pos) {
+			// For a batch, the offset of its first record.
+			span.SetAttributes(semconv.MessagingDestinationPartitionID(strconv.Itoa(int(pos[0].Partition))),
+				semconv.MessagingKafkaOffset(int(pos[0].Offset)))
+		}
+	}
 	return pos, nil
+}
+
+// withHeaders returns h with the trace headers set, in a new slice: the
+// caller's records are not modified.
+func withHeaders(h, trace []kafka.Header) []kafka.Header {
+	out := make([]kafka.Header, 0, len(h)+len(trace))
+	for _, x := range h {
+		if !slices.ContainsFunc(trace, func(t kafka.Header) bool { return t.Key == x.Key }) {
+			out = append(out, x)
+		}
+	}
+	return append(out, trace...)
+}
+
+func samePartition(pos []Position) bool {
+	for _, p := range pos[1:] {
+		if p.Partition != pos[0].Partition {
+			return false
+		}
+	}
+	return true
 }
 
 // Close flushes and releases the writer.

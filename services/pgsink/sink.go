@@ -17,6 +17,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/rolloutledger/rolloutledger/internal/telemetry"
 	"github.com/rolloutledger/rolloutledger/services/kafkalog"
 )
 
@@ -45,6 +46,8 @@ type Options struct {
 	OnCommit func(Commit)
 	// Logger; nil discards.
 	Logger *slog.Logger
+	// Telemetry receives the write spans and metrics; nil records nothing.
+	Telemetry *telemetry.Telemetry
 }
 
 // Commit describes one committed transaction.
@@ -111,8 +114,11 @@ func (o Options) withDefaults() Options {
 
 // Sink copies the facts and decisions topics into Postgres.
 type Sink struct {
-	o   Options
-	log *slog.Logger
+	o        Options
+	log      *slog.Logger
+	tel      *telemetry.Telemetry
+	lag      *telemetry.Lag
+	database string // db.namespace of the write spans
 
 	records, rows, commits, failures atomic.Int64
 
@@ -127,7 +133,13 @@ func New(o Options) (*Sink, error) {
 		return nil, err
 	}
 	o = o.withDefaults()
+	tel := telemetry.OrNop(o.Telemetry)
+	var database string
+	if cfg, err := pgx.ParseConfig(o.DatabaseURL); err == nil {
+		database = cfg.Database
+	}
 	return &Sink{o: o, log: o.Logger.With("component", "pgsink", "schema", o.Schema),
+		tel: tel, lag: tel.ConsumerLag(telemetry.ConsumerPgsink), database: database,
 		stored: map[TopicPartition]int64{}, changed: make(chan struct{})}, nil
 }
 
@@ -184,6 +196,23 @@ func (s *Sink) Stats() Stats {
 // backoff a new session reconnects and resumes from the offsets stored in
 // Postgres, so nothing is lost and nothing stored twice.
 func (s *Sink) Run(ctx context.Context) error {
+	pctx, stopPoll := context.WithCancel(ctx)
+	var poll sync.WaitGroup
+	defer poll.Wait()
+	defer stopPoll()
+	poll.Go(func() {
+		s.lag.Poll(pctx, telemetry.LagPollInterval, func(ctx context.Context) (map[string]map[int]int64, error) {
+			out := map[string]map[int]int64{}
+			for _, topic := range []string{s.o.Kafka.FactsTopic(), s.o.Kafka.DecisionsTopic()} {
+				ends, err := kafkalog.EndOffsets(ctx, s.o.Kafka, topic)
+				if err != nil {
+					return nil, err
+				}
+				out[topic] = ends
+			}
+			return out, nil
+		})
+	})
 	backoff := s.o.MinBackoff
 	for {
 		before := s.commits.Load()
@@ -237,6 +266,9 @@ func (s *Sink) session(ctx context.Context) error {
 	}
 	s.log.Info("storing", "partitions", len(offsets), "records_stored_before", from)
 	s.noteStored(offsets)
+	for tp, next := range offsets {
+		s.lag.Committed(tp.Topic, tp.Partition, next)
+	}
 
 	// Records read but not yet decoded are bounded in number and in bytes
 	// (turns with inline tokens run to tens of kilobytes each).
@@ -266,7 +298,7 @@ func (s *Sink) session(ctx context.Context) error {
 			if err != nil {
 				return
 			}
-			win := prepare(batch)
+			win := prepare(batch, s.tel)
 			var cost int64
 			for _, r := range batch {
 				cost += r.cost

@@ -3,6 +3,8 @@ package pgsink
 import (
 	"runtime"
 	"sync"
+
+	"github.com/rolloutledger/rolloutledger/internal/telemetry"
 )
 
 // window is a run of records read together and stored in one transaction:
@@ -11,12 +13,16 @@ type window struct {
 	records int
 	rows    []*rowSet // decoded in parallel: one set per slice of the records
 	adv     map[TopicPartition]*advance
+	// links are the trace contexts of the records, when tracing.
+	links *telemetry.Links
 }
 
 // advance is what a window does to one partition's offset row.
 type advance struct {
 	next, first int64
 	sha         []byte
+	// highWatermark is the highest log end read with a record.
+	highWatermark int64
 }
 
 // decodeSlice is the fewest records worth a goroutine of their own.
@@ -26,10 +32,16 @@ const decodeSlice = 256
 // decoder) is most of the sink's CPU time, so large windows are cut into
 // slices decoded on all cores; a table's rows may then come in any order,
 // which the inserts do not depend on (they sort by log position).
-func prepare(batch []received) *window {
+func prepare(batch []received, tel *telemetry.Telemetry) *window {
 	w := &window{records: len(batch), adv: map[TopicPartition]*advance{}}
 	if len(batch) == 0 {
 		return w
+	}
+	if tel.Tracing() {
+		w.links = telemetry.NewLinks(telemetry.MaxLinks)
+		for _, r := range batch {
+			w.links.Add(tel.RecordContext(r.m.Headers))
+		}
 	}
 	for _, r := range batch {
 		tp := TopicPartition{Topic: r.m.Topic, Partition: r.m.Partition}
@@ -39,6 +51,7 @@ func prepare(batch []received) *window {
 			w.adv[tp] = a
 		}
 		a.next = r.m.Offset + 1
+		a.highWatermark = max(a.highWatermark, r.m.HighWaterMark)
 	}
 	n := min(runtime.GOMAXPROCS(0), (len(batch)+decodeSlice-1)/decodeSlice)
 	w.rows = make([]*rowSet, n)

@@ -21,7 +21,10 @@ type writer struct {
 // the offset this session read from, or the transaction is abandoned with
 // ErrOffsetsMoved). So a record's rows are committed exactly when the
 // offset past it is, and never by two sessions.
-func (w *writer) write(ctx context.Context, win *window) error {
+func (w *writer) write(ctx context.Context, win *window) (err error) {
+	ctx, span := w.s.startWrite(ctx, win)
+	defer func() { endSpan(span, err) }()
+	start := time.Now()
 	tx, err := w.conn.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
@@ -71,12 +74,14 @@ func (w *writer) write(ctx context.Context, win *window) error {
 		topics, parts, expected, next, first, shas)
 	results := tx.SendBatch(ctx, b)
 	var inserted int64
-	for _, id := range staged {
+	perTable := make([]int64, len(staged))
+	for i, id := range staged {
 		tag, err := results.Exec()
 		if err != nil {
 			results.Close()
 			return fmt.Errorf("insert into %s: %w", tables[id].name, err)
 		}
+		perTable[i] = tag.RowsAffected()
 		inserted += tag.RowsAffected()
 	}
 	tag, err := results.Exec()
@@ -95,11 +100,19 @@ func (w *writer) write(ctx context.Context, win *window) error {
 		return fmt.Errorf("commit: %w", err)
 	}
 	at := time.Now()
+	m := w.s.tel.Metrics
+	m.PGWrite(ctx, at.Sub(start))
+	for i, id := range staged {
+		m.PGRows(ctx, tables[id].name, perTable[i])
+	}
+	w.s.noteSpanTables(span, staged, inserted)
 
 	c := Commit{Records: win.records, Rows: inserted, Next: make(map[TopicPartition]int64, len(adv)), At: at}
 	for tp, a := range adv {
 		w.offsets[tp] = a.next
 		c.Next[tp] = a.next
+		w.s.lag.Committed(tp.Topic, tp.Partition, a.next)
+		w.s.lag.Seen(tp.Topic, tp.Partition, a.highWatermark)
 	}
 	w.s.noteStored(c.Next)
 	w.s.records.Add(int64(win.records))

@@ -50,7 +50,7 @@ func BenchmarkMemoryVsRunLength(b *testing.B) {
 				window = append(window, kafka.Message{Value: v, Offset: int64(i)})
 			}
 			batch := db.NewIndexedBatch()
-			ds, err := p.foldInto(batch, folds, window)
+			ds, _, err := p.foldInto(batch, folds, window)
 			if err != nil {
 				b.Fatal(err)
 			}

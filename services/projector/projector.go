@@ -28,8 +28,10 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/codes"
 
 	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/internal/telemetry"
 	"github.com/rolloutledger/rolloutledger/projections"
 	"github.com/rolloutledger/rolloutledger/services/kafkalog"
 )
@@ -46,12 +48,16 @@ type Options struct {
 	Window int
 	// Logger; nil discards.
 	Logger *slog.Logger
+	// Telemetry receives the spans and metrics; nil records nothing.
+	Telemetry *telemetry.Telemetry
 }
 
 // Projector folds facts into decisions and serves what it concluded.
 type Projector struct {
 	o      Options
 	log    *slog.Logger
+	tel    *telemetry.Telemetry
+	lag    *telemetry.Lag
 	db     *pebble.DB
 	out    *kafkalog.Writer
 	notify *broadcast
@@ -76,9 +82,11 @@ func Open(o Options) (*Projector, error) {
 	if err != nil {
 		return nil, fmt.Errorf("projector: open state in %s: %w", o.Dir, err)
 	}
+	tel := telemetry.OrNop(o.Telemetry)
 	return &Projector{
 		o: o, log: log.With("component", "projector"), db: db,
-		out:    kafkalog.NewWriter(o.Kafka, o.Kafka.DecisionsTopic(), kafkalog.WriterOptions{Logger: log, MaxAttempts: 10}),
+		tel: tel, lag: tel.ConsumerLag(telemetry.ConsumerProjector),
+		out:    kafkalog.NewWriter(o.Kafka, o.Kafka.DecisionsTopic(), kafkalog.WriterOptions{Logger: log, MaxAttempts: 10, Telemetry: tel}),
 		notify: newBroadcast(),
 	}, nil
 }
@@ -103,14 +111,24 @@ func (p *Projector) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel(nil)
+	topic := p.o.Kafka.FactsTopic()
+	wg.Go(func() {
+		p.lag.Poll(ctx, telemetry.LagPollInterval, func(ctx context.Context) (map[string]map[int]int64, error) {
+			ends, err := kafkalog.EndOffsets(ctx, p.o.Kafka, topic)
+			return map[string]map[int]int64{topic: ends}, err
+		})
+	})
+	var running sync.WaitGroup
 	for _, part := range parts {
-		wg.Go(func() {
+		running.Go(func() {
 			if err := p.runPartition(ctx, part); err != nil && ctx.Err() == nil {
 				cancel(fmt.Errorf("projector: partition %d: %w", part, err))
 			}
 		})
 	}
-	wg.Wait()
+	running.Wait()
 	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
@@ -149,6 +167,7 @@ func (p *Projector) runPartition(ctx context.Context, part int) error {
 	folds := map[string]*projections.Fold{}
 	log := p.log.With("partition", part)
 	log.Info("consuming", "from", next)
+	p.lag.Committed(p.o.Kafka.FactsTopic(), part, next)
 	for {
 		window, err := readWindow(ctx, r, p.o.Window)
 		if err != nil {
@@ -192,12 +211,18 @@ func readWindow(ctx context.Context, r *kafka.Reader, max int) ([]kafka.Message,
 }
 
 func (p *Projector) foldWindow(ctx context.Context, part int, folds map[string]*projections.Fold, window []kafka.Message) error {
+	ctx, span := p.startProcess(ctx, part, window)
+	defer span.End()
 	b := p.db.NewIndexedBatch()
 	defer b.Close()
-	decided, err := p.foldInto(b, folds, window)
+	decided, causes, err := p.foldInto(b, folds, window)
 	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, "fold failed")
 		return err
 	}
+	seals := p.startSeals(ctx, window, decided, causes)
+	defer seals.end()
 	last := window[len(window)-1].Offset
 	if err := b.Set(offsetKey(p.o.Kafka.FactsTopic(), part), binary.BigEndian.AppendUint64(nil, uint64(last+1)), nil); err != nil {
 		return err
@@ -205,11 +230,15 @@ func (p *Projector) foldWindow(ctx context.Context, part int, folds map[string]*
 	if err := p.emit(ctx, decided); err != nil {
 		return err
 	}
+	acked := time.Now()
 	p.maybeCrash(len(decided))
 	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("commit state: %w", err)
 	}
-	p.log.Debug("window committed", "partition", part, "next", last+1, "facts", len(window), "decisions", len(decided))
+	p.log.DebugContext(ctx, "window committed", "partition", part, "next", last+1, "facts", len(window), "decisions", len(decided))
+	p.lag.Committed(p.o.Kafka.FactsTopic(), part, last+1)
+	p.lag.Seen(p.o.Kafka.FactsTopic(), part, window[len(window)-1].HighWaterMark)
+	p.record(ctx, part, window, decided, causes, acked)
 	if len(decided) > 0 {
 		p.notify.fire()
 	}
@@ -217,10 +246,12 @@ func (p *Projector) foldWindow(ctx context.Context, part int, folds map[string]*
 }
 
 // foldInto folds a window of records into the batch b: the runs' fold
-// state, their decisions and samples. It returns the decisions made.
-func (p *Projector) foldInto(b *pebble.Batch, folds map[string]*projections.Fold, window []kafka.Message) ([]projections.Decision, error) {
+// state, their decisions and samples. It returns the decisions made and,
+// for each, the index in window of the record that caused it.
+func (p *Projector) foldInto(b *pebble.Batch, folds map[string]*projections.Fold, window []kafka.Message) ([]projections.Decision, []int, error) {
 	var decided []projections.Decision
-	for _, m := range window {
+	var causes []int
+	for i, m := range window {
 		ev, err := events.Decode(m.Value)
 		if err != nil {
 			// Ingest only appends valid facts; a record that does not
@@ -234,26 +265,27 @@ func (p *Projector) foldInto(b *pebble.Batch, folds map[string]*projections.Fold
 			f = projections.NewFold(ev.Run)
 			folds[ev.Run] = f
 			if err := noteRun(b, ev.Run, ev.At); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 		ds, err := f.Apply(newRunStore(b, ev.Run), projections.Record{Value: m.Value, Event: ev, Partition: int32(m.Partition), Offset: m.Offset})
 		if err != nil {
-			return nil, fmt.Errorf("fold %s at %d/%d: %w", ev.Run, m.Partition, m.Offset, err)
+			return nil, nil, fmt.Errorf("fold %s at %d/%d: %w", ev.Run, m.Partition, m.Offset, err)
 		}
 		for _, d := range ds {
 			if err := b.Set(decisionKey(d.Run, d.Kind, d.Seq), d.Value, nil); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			if d.Samples != nil {
 				if err := b.Set(samplesKey(d.Run, d.Seq), d.Samples, nil); err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 			}
+			causes = append(causes, i)
 		}
 		decided = append(decided, ds...)
 	}
-	return decided, nil
+	return decided, causes, nil
 }
 
 // emit writes decisions to the decisions topic before the state that

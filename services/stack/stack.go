@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rolloutledger/rolloutledger/internal/telemetry"
 	"github.com/rolloutledger/rolloutledger/services/api"
 	"github.com/rolloutledger/rolloutledger/services/auth"
 	"github.com/rolloutledger/rolloutledger/services/httpx"
@@ -69,6 +70,10 @@ type Options struct {
 	TLSCertFile, TLSKeyFile string
 	// Logger is the stack's logger; nil discards.
 	Logger *slog.Logger
+	// Telemetry receives every service's spans and metrics, served at
+	// GET /metrics; nil means metrics only (no tracing), owned and shut
+	// down by the stack.
+	Telemetry *telemetry.Telemetry
 }
 
 // Validate reports every problem at once.
@@ -132,6 +137,9 @@ type Stack struct {
 	sink     *pgsink.Sink
 	stopSink context.CancelFunc
 	sinkDone chan struct{}
+
+	tel    *telemetry.Telemetry
+	ownTel bool // created by Start, shut down by Shutdown
 }
 
 // Start bootstraps the topics, starts the services and begins serving HTTP.
@@ -156,23 +164,35 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		}
 		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
 	}
-	s := &Stack{opts: o, log: log, served: make(chan error, 1), parts: parts}
+	s := &Stack{opts: o, log: log, served: make(chan error, 1), parts: parts, tel: o.Telemetry}
+	if s.tel == nil {
+		// Metrics only: tracing is for the process to configure.
+		tel, err := telemetry.New(ctx, telemetry.Config{Getenv: func(string) string { return "" }})
+		if err != nil {
+			return nil, err
+		}
+		s.tel, s.ownTel = tel, true
+	}
 	// abort releases whatever was opened before a later step failed.
 	abort := func(err error) (*Stack, error) {
 		s.closeWriter()
 		if s.proj != nil {
 			s.proj.Close()
 		}
+		if s.ownTel {
+			s.tel.Shutdown(context.WithoutCancel(ctx))
+		}
 		return nil, err
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.Handle("GET /metrics", s.tel.MetricsHandler())
 	if slices.Contains(o.Only, ServiceIngest) {
-		s.writer = kafkalog.NewWriter(o.Kafka, o.Kafka.FactsTopic(), kafkalog.WriterOptions{Logger: log})
-		(&ingest.Service{Appender: s.writer, Logger: log}).Register(mux)
+		s.writer = kafkalog.NewWriter(o.Kafka, o.Kafka.FactsTopic(), kafkalog.WriterOptions{Logger: log, Telemetry: s.tel})
+		(&ingest.Service{Appender: s.writer, Logger: log, Telemetry: s.tel}).Register(mux)
 	}
 	if slices.Contains(o.Only, ServiceProjector) {
-		p, err := projector.Open(projector.Options{Kafka: o.Kafka, Dir: filepath.Join(o.DataDir, "projector"), Partitions: o.ProjectorPartitions, Logger: log})
+		p, err := projector.Open(projector.Options{Kafka: o.Kafka, Dir: filepath.Join(o.DataDir, "projector"), Partitions: o.ProjectorPartitions, Logger: log, Telemetry: s.tel})
 		if err != nil {
 			return abort(err)
 		}
@@ -185,7 +205,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		if _, err := pgsink.Migrate(ctx, o.DatabaseURL, o.PostgresSchema, log); err != nil {
 			return abort(err)
 		}
-		sink, err := pgsink.New(pgsink.Options{Kafka: o.Kafka, DatabaseURL: o.DatabaseURL, Schema: o.PostgresSchema, Logger: log})
+		sink, err := pgsink.New(pgsink.Options{Kafka: o.Kafka, DatabaseURL: o.DatabaseURL, Schema: o.PostgresSchema, Logger: log, Telemetry: s.tel})
 		if err != nil {
 			return abort(err)
 		}
@@ -228,7 +248,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		}()
 	}
 	s.srv = &http.Server{
-		Handler:           handler,
+		Handler:           s.tel.HTTPHandler(handler),
 		TLSConfig:         tlsConfig,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       2 * time.Minute,
@@ -279,8 +299,15 @@ func (s *Stack) Shutdown(ctx context.Context) error {
 		s.stopSink()
 		<-s.sinkDone
 	}
-	return errors.Join(err, s.closeWriter())
+	err = errors.Join(err, s.closeWriter())
+	if s.ownTel {
+		err = errors.Join(err, s.tel.Shutdown(ctx))
+	}
+	return err
 }
+
+// Telemetry is the stack's telemetry: its spans and metrics.
+func (s *Stack) Telemetry() *telemetry.Telemetry { return s.tel }
 
 // Sink is the stack's Postgres sink, nil when it does not run one.
 func (s *Stack) Sink() *pgsink.Sink { return s.sink }

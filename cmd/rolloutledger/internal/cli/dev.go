@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/rolloutledger/rolloutledger/internal/telemetry"
 	"github.com/rolloutledger/rolloutledger/services/embedded"
 	"github.com/rolloutledger/rolloutledger/services/kafkalog"
 	"github.com/rolloutledger/rolloutledger/services/stack"
@@ -76,6 +77,7 @@ type devStack struct {
 	broker *embedded.Broker
 	stack  *stack.Stack
 	kafka  kafkalog.Config
+	tel    *telemetry.Telemetry
 }
 
 // requireLoopback refuses a listen address other hosts could reach: dev and
@@ -99,20 +101,30 @@ func startDev(ctx context.Context, o devOptions) (*devStack, error) {
 	if err := errors.Join(requireLoopback("--addr", o.Addr), requireLoopback("--kafka-addr", o.KafkaAddr)); err != nil {
 		return nil, err
 	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	tel, err := newTelemetry(ctx, telemetry.DefaultServiceName, log)
+	if err != nil {
+		return nil, err
+	}
 	b, err := embedded.Start(embedded.Options{
 		Addr: o.KafkaAddr, DataDir: filepath.Join(o.Data, "kafka"), Partitions: o.Partitions,
 		SyncWrites: o.SyncWrites, Logger: o.Logger,
 	})
 	if err != nil {
+		tel.Shutdown(context.WithoutCancel(ctx))
 		return nil, err
 	}
 	kc := kafkalog.Config{Brokers: []string{b.Addr()}, TopicPrefix: o.TopicPrefix, Partitions: o.Partitions}
-	s, err := stack.Start(ctx, stack.Options{Addr: o.Addr, Kafka: kc, DataDir: o.Data, Logger: o.Logger, DatabaseURL: o.DatabaseURL})
+	s, err := stack.Start(ctx, stack.Options{Addr: o.Addr, Kafka: kc, DataDir: o.Data, Logger: o.Logger, DatabaseURL: o.DatabaseURL, Telemetry: tel})
 	if err != nil {
 		b.Close()
+		tel.Shutdown(context.WithoutCancel(ctx))
 		return nil, err
 	}
-	return &devStack{broker: b, stack: s, kafka: kc}, nil
+	return &devStack{broker: b, stack: s, kafka: kc, tel: tel}, nil
 }
 
 func (d *devStack) close(grace time.Duration) error {
@@ -120,5 +132,5 @@ func (d *devStack) close(grace time.Duration) error {
 	defer cancel()
 	err := d.stack.Shutdown(ctx)
 	d.broker.Close()
-	return err
+	return errors.Join(err, d.tel.Shutdown(ctx))
 }

@@ -15,7 +15,9 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel"
 
+	"github.com/rolloutledger/rolloutledger/internal/telemetry"
 	"github.com/rolloutledger/rolloutledger/services/kafkalog"
 )
 
@@ -108,9 +110,9 @@ func (g *globals) logger(defaultFormat string) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: level}
 	switch format {
 	case "text":
-		return slog.New(slog.NewTextHandler(g.stderr, opts)), nil
+		return slog.New(telemetry.LogHandler(slog.NewTextHandler(g.stderr, opts))), nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(g.stderr, opts)), nil
+		return slog.New(telemetry.LogHandler(slog.NewJSONHandler(g.stderr, opts))), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want text or json", format)
 }
@@ -168,4 +170,15 @@ func (k *kafkaFlags) config() (kafkalog.Config, error) {
 		return c, err
 	}
 	return c, nil
+}
+
+// newTelemetry sets up tracing and metrics as the OTEL_* environment
+// variables say (tracing off unless asked for), with service.name
+// defaulting to service; the OpenTelemetry SDK's own errors (an
+// unreachable collector) go to log.
+func newTelemetry(ctx context.Context, service string, log *slog.Logger) (*telemetry.Telemetry, error) {
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		log.Warn("telemetry", "err", err)
+	}))
+	return telemetry.New(ctx, telemetry.Config{ServiceName: service})
 }

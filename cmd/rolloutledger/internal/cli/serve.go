@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/rolloutledger/rolloutledger/internal/telemetry"
 	"github.com/rolloutledger/rolloutledger/services/auth"
 	"github.com/rolloutledger/rolloutledger/services/stack"
 )
@@ -35,7 +36,14 @@ after applying the Postgres migrations).
 
 Every HTTP route but /healthz and /metrics needs a bearer token of a role
 that allows it (producer, trainer, reader, admin; see docs/security.md).
-serve refuses to start without tokens unless --insecure is given.`,
+serve refuses to start without tokens unless --insecure is given.
+
+Every process serves GET /healthz and GET /metrics (Prometheus) on --addr.
+Tracing is off unless the standard OpenTelemetry variables ask for it:
+OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_TRACES_EXPORTER=otlp) sends spans over
+OTLP (OTEL_EXPORTER_OTLP_PROTOCOL http/protobuf or grpc); OTEL_SERVICE_NAME
+defaults to rolloutledger, or rolloutledger-<service> with one --only
+service; OTEL_SDK_DISABLED=true turns tracing and the ledger's metrics off.`,
 		Args: cobra.NoArgs,
 	}
 	kf := addKafkaFlags(cmd)
@@ -63,13 +71,28 @@ serve refuses to start without tokens unless --insecure is given.`,
 		if err != nil {
 			return err
 		}
+		name := telemetry.DefaultServiceName
+		if len(services) == 1 {
+			name += "-" + services[0]
+		}
+		tel, err := newTelemetry(cmd.Context(), name, log)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			ctx, cancel := contextWithTimeout(10 * time.Second)
+			defer cancel()
+			if err := tel.Shutdown(ctx); err != nil {
+				log.Warn("flushing telemetry", "err", err)
+			}
+		}()
 		kc, err := kf.config()
 		if err != nil {
 			return err
 		}
 		s, err := stack.Start(cmd.Context(), stack.Options{
 			Addr: addr, Kafka: kc, Only: services, DataDir: data, ProjectorPartitions: own, Logger: log, DatabaseURL: dbURL(),
-			Auth: authn, TLSCertFile: tlsCert, TLSKeyFile: tlsKey,
+			Auth: authn, TLSCertFile: tlsCert, TLSKeyFile: tlsKey, Telemetry: tel,
 		})
 		if err != nil {
 			return err
