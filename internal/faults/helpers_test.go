@@ -148,10 +148,10 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// planOptions is a short run that seals several batches: a few thousand
+// planOptions is a short run that seals three batches: about 3,000
 // facts.
 func planOptions(seed uint64) simulate.Options {
-	return simulate.Options{Seed: seed, Tasks: 24, Steps: 3, BatchGroups: 4, MaxTurns: 60}
+	return simulate.Options{Seed: seed, Tasks: 16, Steps: 3, BatchGroups: 3, MaxTurns: 30}
 }
 
 func generate(t *testing.T, run string, seed uint64) *simulate.Plan {

@@ -37,13 +37,13 @@ func TestKafkaBrokerFailures(t *testing.T) {
 	want := undisturbed(t, plan, epr)
 	url := ingestServer(t, kc, 6*time.Second)
 
-	// Paced to last about a minute, so that both kills and restarts land
+	// Paced to last about 40 s, so that both kills and restarts land
 	// while events are being written.
 	total := plan.Len()
 	a := newAcks()
 	pushed := make(chan error, 1)
 	go func() {
-		_, err := push(ctx, url, plan, epr, float64(total)/60, nil, a.add)
+		_, err := push(ctx, url, plan, epr, float64(total)/40, nil, a.add)
 		pushed <- err
 	}()
 	a.waitAcks(t, total/10, pushed)
