@@ -77,7 +77,6 @@ func TestDuplicateStorm(t *testing.T) {
 		plan.Len(), len(recs), int64(plan.Len())+st.twice.Load()+st.thrice.Load(), st.requests.Load(), countKinds(decided[1]))
 }
 
-
 // stormTransport delivers every acknowledged request's events again.
 type stormTransport struct {
 	base http.RoundTripper
