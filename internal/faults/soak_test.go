@@ -25,7 +25,7 @@ import (
 
 // The soak test is outside the normal test run: it runs only with -soak.
 //
-//	go test -run TestSoak -soak=10m -timeout=0 ./internal/faults/
+//	go test ./internal/faults/ -v -run TestSoak -soak=10m -timeout=0
 var (
 	soakFor   = flag.Duration("soak", 0, "run TestSoak for this long (0: skip it)")
 	soakRate  = flag.Float64("soak-rate", 1500, "TestSoak's offered load in facts per second, over all runs (FireFlash sustains a few hundred)")
