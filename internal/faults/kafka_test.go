@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,13 +38,14 @@ func TestKafkaBrokerFailures(t *testing.T) {
 	want := undisturbed(t, plan, epr)
 	url := ingestServer(t, kc, 6*time.Second)
 
-	// Paced to last about 40 s, so that both kills and restarts land
-	// while events are being written.
+	// Paced, and held while a broker restarts, so that every kill lands
+	// while events are being written and writes go on after it.
 	total := plan.Len()
 	a := newAcks()
+	g := &gatedTransport{base: http.DefaultTransport}
 	pushed := make(chan error, 1)
 	go func() {
-		_, err := push(ctx, url, plan, epr, float64(total)/40, nil, a.add)
+		_, err := push(ctx, url, plan, epr, float64(total)/25, &http.Client{Transport: g, Timeout: 30 * time.Second}, a.add)
 		pushed <- err
 	}()
 	a.waitAcks(t, total/10, pushed)
@@ -57,11 +59,14 @@ func TestKafkaBrokerFailures(t *testing.T) {
 	t.Logf("killing broker %d (a follower of %s/%d) after %d acknowledged events", follower+1, topic, part, a.count())
 	cluster.Kill(follower)
 	a.waitAcks(t, a.count()+total/10, pushed)
+	g.hold(true)
 	cluster.Restart(follower)
 	testenv.CheckFor(t, 90*time.Second, "the restarted broker rejoins the ISR", func() bool {
 		n, err := cluster.InSync(topic, part)
 		return err == nil && n == 3
 	})
+	g.hold(false)
+	a.waitAcks(t, a.count()+total/20, pushed)
 	if leader, err = cluster.Leader(topic, part); err != nil {
 		t.Fatal(err)
 	}
@@ -162,6 +167,21 @@ func TestKafkaBrokerFailures(t *testing.T) {
 	got := waitDecisions(t, kc, reference(t, kc), 2*time.Minute)
 	sameMeaning(t, meaning(t, got, plan.Run), meaning(t, want, plan.Run))
 	t.Logf("decisions: %s", countKinds(got))
+}
+
+// gatedTransport holds requests while the test says so.
+type gatedTransport struct {
+	base   http.RoundTripper
+	paused atomic.Bool
+}
+
+func (g *gatedTransport) hold(on bool) { g.paused.Store(on) }
+
+func (g *gatedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	for g.paused.Load() {
+		time.Sleep(20 * time.Millisecond)
+	}
+	return g.base.RoundTrip(req)
 }
 
 func (a *acks) first() simulate.Ack {
