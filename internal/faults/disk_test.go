@@ -22,6 +22,7 @@ import (
 // again once space is freed, decides exactly what an undisturbed projector
 // decides over the same log.
 func TestProjectorDiskFull(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 && os.Getenv(inNamespaceEnv) == "" {
 		// Mounting a tmpfs needs root; an unprivileged user can have it in
 		// a user and mount namespace of its own, where it is root.

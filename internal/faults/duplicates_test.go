@@ -26,6 +26,7 @@ import (
 // answers would be. The projector's decisions and the Postgres tables say
 // what a clean delivery of the same run says; every fact has one row.
 func TestDuplicateStorm(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	url := testenv.Postgres(t)
 	const epr = 32
@@ -47,13 +48,12 @@ func TestDuplicateStorm(t *testing.T) {
 		return l
 	}
 	clean, storm := start(), start()
-	if _, err := push(ctx, clean.s.URL(), plan, epr, 0, nil, nil); err != nil {
-		t.Fatal(err)
-	}
+	// Both ledgers get the facts in the order one producer worker delivers
+	// them, in requests of up to 128; the storm's are then delivered again.
+	want, order := undisturbedLog(t, plan, epr)
+	deliver(t, clean.s.URL(), order, http.DefaultClient)
 	st := &stormTransport{base: http.DefaultTransport, url: storm.s.URL() + "/v1/events", rng: rand.New(rand.NewPCG(61, 1))}
-	if _, err := push(ctx, storm.s.URL(), plan, epr, 0, &http.Client{Transport: st, Timeout: 30 * time.Second}, nil); err != nil {
-		t.Fatal(err)
-	}
+	deliver(t, storm.s.URL(), order, &http.Client{Transport: st, Timeout: 30 * time.Second})
 	st.wg.Wait()
 	if err := errors.Join(st.errs...); err != nil {
 		t.Fatalf("redelivery: %v", err)
@@ -67,6 +67,7 @@ func TestDuplicateStorm(t *testing.T) {
 		decided[i] = waitDecisions(t, l.kc, reference(t, l.kc), 2*time.Minute)
 		waitStored(t, url, l.schema, l.kc)
 	}
+	sameMeaning(t, meaning(t, decided[0], plan.Run), meaning(t, want, plan.Run))
 	sameMeaning(t, meaning(t, decided[1], plan.Run), meaning(t, decided[0], plan.Run))
 	conn := connect(t, url)
 	sameTables(t, conn, storm.schema, clean.schema, true)
@@ -75,6 +76,25 @@ func TestDuplicateStorm(t *testing.T) {
 	recs, _ := readFacts(t, storm.kc)
 	t.Logf("%d events, %d records in the storm's facts topic (%d deliveries in %d extra requests); %s",
 		plan.Len(), len(recs), int64(plan.Len())+st.twice.Load()+st.thrice.Load(), st.requests.Load(), countKinds(decided[1]))
+}
+
+// deliver posts values in order, in requests of up to 128, each after the
+// previous one was acknowledged.
+func deliver(t *testing.T, url string, values [][]byte, client *http.Client) {
+	t.Helper()
+	for lo := 0; lo < len(values); lo += 128 {
+		body := append([]byte{'['}, bytes.Join(values[lo:min(lo+128, len(values))], []byte{','})...)
+		body = append(body, ']')
+		resp, err := client.Do(mustRequest(url+"/v1/events", body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("HTTP %d: %s", resp.StatusCode, raw)
+		}
+	}
 }
 
 // stormTransport delivers every acknowledged request's events again.

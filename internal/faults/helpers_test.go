@@ -428,6 +428,14 @@ func sameMeaning(t *testing.T, got, want map[string]string) {
 // recorded facts are folded in that order.
 func undisturbed(t *testing.T, plan *simulate.Plan, epr int) map[string][]byte {
 	t.Helper()
+	out, _ := undisturbedLog(t, plan, epr)
+	return out
+}
+
+// undisturbedLog is undisturbed, and the canonical facts in the order they
+// were delivered.
+func undisturbedLog(t *testing.T, plan *simulate.Plan, epr int) (map[string][]byte, [][]byte) {
+	t.Helper()
 	var mu sync.Mutex
 	var recs []projections.Record
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -465,7 +473,11 @@ func undisturbed(t *testing.T, plan *simulate.Plan, epr int) map[string][]byte {
 	for _, d := range ds {
 		out[d.ID] = d.Value
 	}
-	return out
+	values := make([][]byte, len(recs))
+	for i, r := range recs {
+		values[i] = r.Value
+	}
+	return out, values
 }
 
 // countKinds counts decisions by type.

@@ -27,6 +27,7 @@ import (
 // topic at the position it was acknowledged at, and the projector's
 // decisions are the undisturbed run's.
 func TestKafkaBrokerFailures(t *testing.T) {
+	t.Parallel()
 	cluster := testenv.StartKafkaCluster(t)
 	kc := cluster.Config(t, 3)
 	ctx := context.Background()

@@ -57,7 +57,7 @@ func TestProjectorAndSinkPauses(t *testing.T) {
 	ingest := ingestServer(t, kc, 0)
 	pushed := make(chan error, 1)
 	go func() {
-		_, err := push(ctx, ingest, plan, 32, float64(plan.Len())/35, nil, nil)
+		_, err := push(ctx, ingest, plan, 32, float64(plan.Len())/25, nil, nil)
 		pushed <- err
 	}()
 	for range 2 {

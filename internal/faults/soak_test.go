@@ -190,15 +190,16 @@ loop:
 soak summary
   load:        %v, %d runs in %d lanes, offered %.0f facts/s
   acknowledged %d facts, %.0f facts/s on average
-  projector:   lag max %d, median %d, last %d records; caught up %v after the load stopped
+  projector:   lag max %d, median %d, last %d records
   pgsink:      lag max %d, median %d, last %d records (facts and decisions)
+  caught up:   both %v after the load stopped
   rss:         mean of the first fifth %.1f MiB, of the last fifth %.1f MiB, max %.1f MiB (load generator included)
   go heap:     last %.1f MiB
   log:         %d warnings, %d errors; %d failed pushes
   postgres:    %d turn rows stored
 `, loadTime.Round(time.Second), runs, *soakRuns, *soakRate, last.acked, float64(last.acked)/loadTime.Seconds(),
-		slices.Max(projLags), median(projLags), last.projLag, catchUp.Round(time.Millisecond),
-		slices.Max(sinkLags), median(sinkLags), last.sinkLag,
+		slices.Max(projLags), median(projLags), last.projLag,
+		slices.Max(sinkLags), median(sinkLags), last.sinkLag, catchUp.Round(time.Millisecond),
 		mib(firstRSS), mib(lastRSS), mib(maxRSS(samples)), mib(last.heapUsed),
 		counter.warnings.Load(), counter.errors.Load(), len(pushErrs), facts)
 	for _, w := range counter.lastMessages() {
