@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -47,6 +48,15 @@ type childSpec struct {
 func TestMain(m *testing.M) {
 	if spec := os.Getenv(childEnv); spec != "" {
 		os.Exit(runChild(spec))
+	}
+	// The fault tests spend most of their time waiting — on paused
+	// processes, a stopped server, restarting brokers, paced pushes — so
+	// they all run at once unless -test.parallel says otherwise.
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", "8")
 	}
 	os.Exit(m.Run())
 }

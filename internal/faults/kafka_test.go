@@ -37,7 +37,7 @@ func TestKafkaBrokerFailures(t *testing.T) {
 	const epr = 24
 	plan := generate(t, "cluster-run", 91)
 	want := undisturbed(t, plan, epr)
-	url := ingestServer(t, kc, 6*time.Second)
+	url := ingestServer(t, kc, 4*time.Second)
 
 	// Paced, and held while a broker restarts, so that every kill lands
 	// while events are being written and writes go on after it.
