@@ -186,3 +186,12 @@ func (s *PGServer) Kill(t testing.TB) {
 		t.Fatal(err)
 	}
 }
+
+// Stop shuts the server down the way an operator would (fast shutdown:
+// open transactions rolled back, connections closed); Start brings it back.
+func (s *PGServer) Stop(t testing.TB) {
+	t.Helper()
+	if err := s.pgctl("stop", "-m", "fast", "-w"); err != nil {
+		t.Fatal(err)
+	}
+}

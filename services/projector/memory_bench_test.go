@@ -31,7 +31,7 @@ func BenchmarkMemoryVsRunLength(b *testing.B) {
 	}
 	all := plan.All()
 	for b.Loop() {
-		db, err := pebble.Open(b.TempDir(), &pebble.Options{Logger: pebbleLogger{slog.New(slog.DiscardHandler)}})
+		db, err := pebble.Open(b.TempDir(), &pebble.Options{Logger: pebbleLogger{l: slog.New(slog.DiscardHandler)}})
 		if err != nil {
 			b.Fatal(err)
 		}

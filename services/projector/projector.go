@@ -46,11 +46,20 @@ type Options struct {
 	Partitions []int
 	// Window bounds how many facts one Pebble batch folds; default 2,000.
 	Window int
+	// MinFreeBytes is the space the projector leaves free on the
+	// filesystem of Dir: with less free it stops with an error naming the
+	// directory instead of letting Pebble fail mid-commit. 0 means 64 MiB;
+	// negative disables the check.
+	MinFreeBytes int64
 	// Logger; nil discards.
 	Logger *slog.Logger
 	// Telemetry receives the spans and metrics; nil records nothing.
 	Telemetry *telemetry.Telemetry
 }
+
+// DefaultMinFreeBytes is the free space the projector keeps unless
+// configured: room for a memtable flush and a WAL rotation.
+const DefaultMinFreeBytes = 64 << 20
 
 // Projector folds facts into decisions and serves what it concluded.
 type Projector struct {
@@ -74,11 +83,14 @@ func Open(o Options) (*Projector, error) {
 	if o.Window <= 0 {
 		o.Window = 2000
 	}
+	if o.MinFreeBytes == 0 {
+		o.MinFreeBytes = DefaultMinFreeBytes
+	}
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	db, err := pebble.Open(o.Dir, &pebble.Options{Logger: pebbleLogger{log.With("component", "pebble")}})
+	db, err := pebble.Open(o.Dir, &pebble.Options{Logger: pebbleLogger{l: log.With("component", "pebble", "dir", o.Dir), dir: o.Dir}})
 	if err != nil {
 		return nil, fmt.Errorf("projector: open state in %s: %w", o.Dir, err)
 	}
@@ -227,6 +239,12 @@ func (p *Projector) foldWindow(ctx context.Context, part int, folds map[string]*
 	if err := b.Set(offsetKey(p.o.Kafka.FactsTopic(), part), binary.BigEndian.AppendUint64(nil, uint64(last+1)), nil); err != nil {
 		return err
 	}
+	// Checked before the decisions leave: a window that cannot be
+	// committed is not announced either, and a restart with space folds
+	// it again.
+	if err := p.checkSpace(); err != nil {
+		return err
+	}
 	if err := p.emit(ctx, decided); err != nil {
 		return err
 	}
@@ -317,6 +335,30 @@ func (p *Projector) emit(ctx context.Context, ds []projections.Decision) error {
 	}
 }
 
+// ErrDiskFull is wrapped by the error the projector stops with when the
+// filesystem of its state directory is (nearly) full.
+var ErrDiskFull = errors.New("projector: state directory out of space")
+
+// checkSpace fails when the filesystem of the state directory has less
+// than MinFreeBytes free. Pebble treats a failed WAL write as fatal and
+// aborts the process mid-commit; stopping before that is a clean stop, and
+// the committed state stays as it was for a restart once space is freed.
+func (p *Projector) checkSpace() error {
+	if p.o.MinFreeBytes < 0 {
+		return nil
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(p.o.Dir, &st); err != nil {
+		return fmt.Errorf("projector: free space of state directory %s: %w", p.o.Dir, err)
+	}
+	free := int64(uint64(st.Bavail) * uint64(st.Bsize))
+	if free < p.o.MinFreeBytes {
+		return fmt.Errorf("%w: %s has %d bytes free on its filesystem, less than the %d kept in reserve; free space (or move the state) and restart: nothing committed is lost",
+			ErrDiskFull, p.o.Dir, free, p.o.MinFreeBytes)
+	}
+	return nil
+}
+
 // noteRun indexes a run by the producer clock of its first fact seen. The
 // index only orders GET /v1/runs; no projection reads it.
 func noteRun(b *pebble.Batch, run string, at time.Time) error {
@@ -385,11 +427,14 @@ func (b *broadcast) fire() {
 }
 
 // pebbleLogger sends Pebble's log to slog: its info lines at debug level.
-type pebbleLogger struct{ l *slog.Logger }
+type pebbleLogger struct {
+	l   *slog.Logger
+	dir string
+}
 
 func (p pebbleLogger) Infof(format string, args ...any)  { p.l.Debug(fmt.Sprintf(format, args...)) }
 func (p pebbleLogger) Errorf(format string, args ...any) { p.l.Error(fmt.Sprintf(format, args...)) }
 func (p pebbleLogger) Fatalf(format string, args ...any) {
 	p.l.Error(fmt.Sprintf(format, args...))
-	panic(fmt.Sprintf("pebble: "+format, args...))
+	panic(fmt.Sprintf("pebble, state directory %s: "+format, append([]any{p.dir}, args...)...))
 }
