@@ -271,7 +271,18 @@ func badInputs() []badInput {
 		{name: "config/pass_band above 1", body: runConfig(`{"pass_band":[0.15,1.5]}`), err: events.ErrInvalidValue, field: "data.config.pass_band[1]"},
 		{name: "config/min_group over group_size", body: runConfig(`{"group_size":4,"min_group":5}`), err: events.ErrInvalidValue, field: "data.config.min_group"},
 		{name: "config/efficiency_weight 2", body: runConfig(`{"efficiency_weight":2,"partial_credit_cap":0}`), err: events.ErrInvalidValue, field: "data.config.efficiency_weight"},
+
+		// Nesting: refused as a whole before any parser recurses into it.
+		{name: "malformed/nested deeper than MaxDepth", body: array(valid, nested("[", "]", events.MaxDepth)), err: events.ErrMalformed, detail: []string{"nest deeper than"}},
+		{name: "malformed/objects nested deeper than MaxDepth", body: failed(failedData.set("reason", nested(`{"a":`, "}", events.MaxDepth-1))), err: events.ErrMalformed},
+		{name: "wrong_type/nested MaxDepth deep", body: array(valid, nested("[", "]", events.MaxDepth-1)), err: events.ErrWrongType, index: 1},
+		{name: "wrong_type/brackets in strings do not nest", body: failed(failedData.set("reason", strings.Replace(nested(`{"a":`, "}", 10), "1", q(strings.Repeat("[{", events.MaxDepth)), 1))), err: events.ErrWrongType, field: "data.reason"},
 	}
+}
+
+// nested is n levels of open around a 1, closed by close.
+func nested(open, close string, n int) string {
+	return strings.Repeat(open, n) + "1" + strings.Repeat(close, n)
 }
 
 func TestDecodeRefuses(t *testing.T) {

@@ -33,6 +33,8 @@ from ._json import (
 
 MAX_TEXT_BYTES = 64 << 10
 MAX_RECORD_BYTES = 1 << 20
+# events.MaxDepth: how deeply a body's arrays and objects may nest.
+MAX_DEPTH = 1000
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
