@@ -59,6 +59,12 @@ type Options struct {
 	// projector owns; nil means all. Instances that split a topic's
 	// partitions between them must each have their own DataDir.
 	ProjectorPartitions []int
+	// HTTP bounds what clients may hold of the HTTP server: timeouts and
+	// the connection cap (zero: the httpx defaults).
+	HTTP httpx.ServerOptions
+	// MaxBodyBytes and BodyBudget bound ingest's request bodies, one and
+	// all at once (zero: the ingest defaults).
+	MaxBodyBytes, BodyBudget int64
 	// Logger is the stack's logger; nil discards.
 	Logger *slog.Logger
 }
@@ -70,6 +76,9 @@ func (o Options) Validate() error {
 		errs = append(errs, errors.New("stack: no HTTP address"))
 	}
 	if err := o.Kafka.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := o.HTTP.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	for _, s := range o.Only {
@@ -150,7 +159,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	mux.HandleFunc("GET /healthz", s.healthz)
 	if slices.Contains(o.Only, ServiceIngest) {
 		s.writer = kafkalog.NewWriter(o.Kafka, o.Kafka.FactsTopic(), kafkalog.WriterOptions{Logger: log})
-		(&ingest.Service{Appender: s.writer, Logger: log}).Register(mux)
+		(&ingest.Service{Appender: s.writer, Logger: log, MaxBodyBytes: o.MaxBodyBytes, BodyBudget: o.BodyBudget}).Register(mux)
 	}
 	if slices.Contains(o.Only, ServiceProjector) {
 		p, err := projector.Open(projector.Options{Kafka: o.Kafka, Dir: filepath.Join(o.DataDir, "projector"), Partitions: o.ProjectorPartitions, Logger: log})
@@ -179,7 +188,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	if err != nil {
 		return abort(fmt.Errorf("stack: listen on %s: %w", o.Addr, err))
 	}
-	s.ln = ln
+	s.srv, s.ln = httpx.NewServer(ln, mux, o.HTTP, log)
 	if s.proj != nil {
 		pctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 		s.stopProj, s.projDone = stop, make(chan struct{})
@@ -204,15 +213,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 			_ = s.sink.Run(sctx)
 		}()
 	}
-	s.srv = &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       2 * time.Minute,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	go func() { s.served <- s.srv.Serve(ln) }()
+	go func() { s.served <- s.srv.Serve(s.ln) }()
 	log.Info("serving", "addr", s.Addr(), "services", strings.Join(o.Only, ","), "brokers", strings.Join(o.Kafka.Brokers, ","), "facts_topic", o.Kafka.FactsTopic())
 	return s, nil
 }
