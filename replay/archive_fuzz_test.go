@@ -7,13 +7,15 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/rolloutledger/rolloutledger/services/simulate"
 )
 
 // tinyArchiveBytes is a valid archive small enough to damage at every
 // position: the first facts and decisions of a simulated run.
 func tinyArchiveBytes(t testing.TB) []byte {
 	t.Helper()
-	src := planSource(t, smallRun, "archive-fuzz")
+	src := planSource(t, simulate.Options{Seed: 3, Tasks: 2, Steps: 1, BatchGroups: 1, MaxTurns: 8}, "archive-fuzz")
 	src.facts = src.facts[:12]
 	src.decisions = src.decisions[:2]
 	b, err := os.ReadFile(export(t, src).Path())
