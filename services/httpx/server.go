@@ -117,7 +117,9 @@ func NewServer(ln net.Listener, h http.Handler, o ServerOptions, log *slog.Logge
 // instead.
 func Canonical(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p := r.URL.Path
+		// The escaped form is what ServeMux matches and cleans; an escaped
+		// "%2e%2e" or "%2f" is a segment's content, for the route to judge.
+		p := r.URL.EscapedPath()
 		if p == "" || p[0] != '/' || (p != "/" && path.Clean(p) != p) {
 			WriteError(w, http.StatusBadRequest, "invalid_path", fmt.Sprintf("path %q is not in canonical form (no '.', '..' or empty segments, no trailing slash)", clip(p)))
 			return

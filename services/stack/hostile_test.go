@@ -303,14 +303,14 @@ func TestHostileInput(t *testing.T) {
 	// The query API: run and task ids shaped like paths, in URL paths.
 	long := strings.Repeat("r", 10_000)
 	for _, c := range []struct{ path, code string }{
-		{"/v1/runs/%2e%2e/status", "invalid_path"},
-		{"/v1/runs/%2E%2E/batches/1", "invalid_path"},
+		{"/v1/runs/%2e%2e/status", "invalid_value"},
+		{"/v1/runs/%2E%2E/batches/1", "invalid_value"},
 		{"/v1/runs/../status", "invalid_path"},
 		{"/v1/runs/./status", "invalid_path"},
 		{"//v1/runs/x/status", "invalid_path"},
 		{"/v1/runs/x/status/", "invalid_path"},
 		{"/v1/runs/a%2fb/status", "invalid_value"},
-		{"/v1/runs/..%2f..%2fetc/status", "invalid_path"},
+		{"/v1/runs/..%2f..%2fetc/status", "invalid_value"},
 		{"/v1/runs/x%00/status", "invalid_value"},
 		{"/v1/runs/x%0d%0aSet-Cookie:a=b/status", "invalid_value"},
 		{"/v1/runs/" + long + "/status", "invalid_value"},
