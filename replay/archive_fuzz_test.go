@@ -98,8 +98,10 @@ func FuzzOpenArchive(f *testing.F) {
 	f.Add(good)
 	f.Add(good[:len(good)/2])
 	f.Add(append(bytes.Clone(good[:len(good)-trailerSize-1]), good[len(good)-trailerSize:]...))
+	// One file per fuzz process, rewritten by each input.
+	path := filepath.Join(f.TempDir(), "a.rla")
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if err := openBytes(t, filepath.Join(t.TempDir(), "a.rla"), b); err != nil {
+		if err := openBytes(t, path, b); err != nil {
 			checkArchiveRefusal(t, err)
 		}
 	})

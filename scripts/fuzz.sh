@@ -2,6 +2,8 @@
 # Run every native Go fuzz target of the module for a while each:
 #   scripts/fuzz.sh              # every target, FUZZTIME (default 10s) each
 #   FUZZTIME=5m scripts/fuzz.sh ./events/
+# FUZZMINIMIZETIME (default 2s) bounds the minimization of each newly
+# interesting input, which otherwise takes up to a minute of a short run.
 # Targets are found with `go test -list '^Fuzz'`, so a new one runs
 # without editing this script. A failure leaves the failing input under
 # the package's testdata/fuzz/<Target>/, where `go test` replays it from
@@ -11,6 +13,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 fuzztime=${FUZZTIME:-10s}
+minimize=${FUZZMINIMIZETIME:-2s}
 [ $# -gt 0 ] || set -- ./...
 
 # Packages whose tests declare a fuzz target (a cheap look before asking
@@ -29,8 +32,8 @@ for pkg in "${pkgs[@]}"; do
   mapfile -t targets < <(go test -list '^Fuzz' "$pkg" | grep '^Fuzz' || true)
   for target in "${targets[@]}"; do
     start=$SECONDS
-    echo "+ go test -run '^$' -fuzz '^${target}\$' -fuzztime $fuzztime $pkg" >&2
-    if go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" "$pkg"; then
+    echo "+ go test -run '^$' -fuzz '^${target}\$' -fuzztime $fuzztime -fuzzminimizetime $minimize $pkg" >&2
+    if go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" -fuzzminimizetime "$minimize" "$pkg"; then
       echo "== $pkg $target: ok ($((SECONDS - start))s)"
     else
       echo "== $pkg $target: FAILED ($((SECONDS - start))s)"
