@@ -661,3 +661,36 @@ func TestHostileClientGoneAfterBody(t *testing.T) {
 		}
 	}
 }
+
+// Requests whose framing is ambiguous or oversized are refused by net/http
+// before any handler runs, so their answers are its plain-text ones rather
+// than the contract's error body; what matters is that they are refused
+// and append nothing (a request smuggled past a proxy could otherwise
+// write facts the proxy never saw). net/http reads a request carrying both
+// Content-Length and chunked framing by the chunks alone, as RFC 9112
+// allows; a proxy in front must not read it by its length.
+func TestHostileFramingRefusedByNetHTTP(t *testing.T) {
+	kc := testenv.RealKafka(t)
+	s := startStack(t, kc)
+	b := body(t, runEvents("framing", 1))
+	head := "POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
+	for _, c := range []struct {
+		name string
+		req  string
+		want int
+	}{
+		{"two Content-Lengths", head + fmt.Sprintf("Content-Length: %d\r\nContent-Length: %d\r\n\r\n%s", len(b), len(b)-1, b), 400},
+		{"header with a NUL", head + fmt.Sprintf("X-Worker: a\x00b\r\nContent-Length: %d\r\n\r\n%s", len(b), b), 400},
+		{"headers over MaxHeaderBytes", head + "X-Pad: " + strings.Repeat("a", 128<<10) + fmt.Sprintf("\r\nContent-Length: %d\r\n\r\n%s", len(b), b), 431},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			resp, out := rawRequest(t, s.Addr(), []byte(c.req))
+			if resp.StatusCode != c.want {
+				t.Errorf("got %d %q, want %d", resp.StatusCode, out, c.want)
+			}
+		})
+	}
+	if n := endOffsetsSum(t, kc); n != 0 {
+		t.Errorf("refused requests appended %d records", n)
+	}
+}
