@@ -18,6 +18,7 @@ var wireCodes = map[error]string{
 	events.ErrUnknownType:    "unknown_type",
 	events.ErrUnknownVersion: "unknown_version",
 	events.ErrUnknownField:   "unknown_field",
+	events.ErrDuplicateField: "duplicate_field",
 	events.ErrMissingField:   "missing_field",
 	events.ErrWrongType:      "wrong_type",
 	events.ErrInvalidValue:   "invalid_value",
@@ -271,7 +272,29 @@ func badInputs() []badInput {
 		{name: "config/pass_band above 1", body: runConfig(`{"pass_band":[0.15,1.5]}`), err: events.ErrInvalidValue, field: "data.config.pass_band[1]"},
 		{name: "config/min_group over group_size", body: runConfig(`{"group_size":4,"min_group":5}`), err: events.ErrInvalidValue, field: "data.config.min_group"},
 		{name: "config/efficiency_weight 2", body: runConfig(`{"efficiency_weight":2,"partial_credit_cap":0}`), err: events.ErrInvalidValue, field: "data.config.efficiency_weight"},
+
+		// Nesting: refused as a whole before any parser recurses into it.
+		{name: "malformed/nested deeper than MaxDepth", body: array(valid, nested("[", "]", events.MaxDepth)), err: events.ErrMalformed, detail: []string{"nest deeper than"}},
+		{name: "malformed/objects nested deeper than MaxDepth", body: failed(failedData.set("reason", nested(`{"a":`, "}", events.MaxDepth-1))), err: events.ErrMalformed},
+		{name: "wrong_type/nested MaxDepth deep", body: array(valid, nested("[", "]", events.MaxDepth-1)), err: events.ErrWrongType, index: 1},
+		{name: "wrong_type/brackets in strings do not nest", body: failed(failedData.set("reason", strings.Replace(nested(`{"a":`, "}", 10), "1", q(strings.Repeat("[{", events.MaxDepth)), 1))), err: events.ErrWrongType, field: "data.reason"},
+		// Keys given twice, which JSON parsers resolve differently.
+		{name: "duplicate_field/envelope run", body: append(record(events.TypeAttemptFailed, failedData), kv{"run", q("other-run")}).String(), err: events.ErrDuplicateField, field: "run"},
+		{name: "duplicate_field/same value", body: append(record(events.TypeAttemptFailed, failedData), kv{"v", "1"}).String(), err: events.ErrDuplicateField, field: "v"},
+		{name: "duplicate_field/data", body: failed(append(failedData, kv{"reason", q("x")})), err: events.ErrDuplicateField, field: "data.reason"},
+		{name: "duplicate_field/escaped key", body: strings.Replace(failed(append(failedData, kv{"KEY", q("x")})), `"KEY"`, `"re\u0061son"`, 1), err: events.ErrDuplicateField, field: "data.reason"},
+		{name: "duplicate_field/before unknown fields", body: failed(append(failedData, kv{"aaa", "1"}, kv{"attempt", q("a-2")})), err: events.ErrDuplicateField, field: "data.attempt"},
+		{name: "duplicate_field/first in document order", body: failed(append(failedData, kv{"reason", q("x")}, kv{"attempt", q("a-2")})), err: events.ErrDuplicateField, field: "data.reason"},
+		{name: "duplicate_field/gate", body: record(events.TypeTaskRegistered, taskRegisteredData.set("gates", `[{"name":"a","passed":true,"passed":false}]`)).String(), err: events.ErrDuplicateField, field: "data.gates[0].passed"},
+		{name: "duplicate_field/config", body: runConfig(`{"group_size":8,"group_size":4}`), err: events.ErrDuplicateField, field: "data.config.group_size"},
+		{name: "duplicate_field/map key", body: gradient(gradientData.set("logprob_gap", `{"1":0.065,"1":null}`)), err: events.ErrDuplicateField, field: "data.logprob_gap.1"},
+		{name: "duplicate_field/in the 2nd event", body: array(valid, failed(append(failedData, kv{"attempt", q("a-1")}))), err: events.ErrDuplicateField, index: 1, field: "data.attempt"},
 	}
+}
+
+// nested is n levels of open around a 1, closed by close.
+func nested(open, close string, n int) string {
+	return strings.Repeat(open, n) + "1" + strings.Repeat(close, n)
 }
 
 func TestDecodeRefuses(t *testing.T) {

@@ -12,14 +12,17 @@
 //
 // # Strictness
 //
-// [DecodeBatch] and [Decode] refuse anything the catalogue does not describe:
-// unknown types and versions, unknown or missing fields, JSON values of the
-// wrong type, null, ids that do not match their pattern, token arrays whose
-// lengths disagree with completion_tokens, invalid UTF-8, NUL characters and
-// records over [MaxRecordBytes]. Every refusal is a [*FieldError] naming the
-// event's index in its request and the dotted path of the offending field, and
-// wraps one of the sentinel errors (ErrUnknownType, ...) so callers can branch
-// with errors.Is; [FieldError.Code] gives the stable code used on the wire.
+// [DecodeBatch] and [Decode] refuse anything the catalogue does not
+// describe: unknown types and versions, unknown, missing or repeated fields
+// (a key given twice in one object, which JSON parsers resolve differently),
+// JSON values of the wrong type, null, ids that do not match their pattern,
+// token arrays whose lengths disagree with completion_tokens, invalid UTF-8,
+// NUL characters, records over [MaxRecordBytes], and bodies whose arrays and
+// objects nest deeper than [MaxDepth] (refused before any parser recurses
+// into them). Every refusal is a [*FieldError] naming the event's index in
+// its request and the dotted path of the offending field, and wraps one of
+// the sentinel errors (ErrUnknownType, ...) so callers can branch with
+// errors.Is; [FieldError.Code] gives the stable code used on the wire.
 //
 // # Canonical encoding
 //

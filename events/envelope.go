@@ -14,6 +14,13 @@ import (
 // MaxRecordBytes bounds one event's canonical encoding: the Kafka record.
 const MaxRecordBytes = 1 << 20
 
+// MaxDepth bounds how deeply a body's arrays and objects may nest. A valid
+// request nests at most five deep (array, envelope, data, config, pass_band);
+// the bound is far above that so that ordinary mistakes keep their precise
+// error, and far below the depth at which a recursive JSON parser exhausts
+// its goroutine's stack, which is fatal to the whole process, not a panic.
+const MaxDepth = 1000
+
 // Event is one fact: the envelope and its typed data.
 type Event struct {
 	// ID is the producer's UUID for the fact, its idempotency key.
@@ -52,6 +59,9 @@ type envelope struct {
 // Decode decodes and validates one event. Errors are [*FieldError]s with
 // Index 0.
 func Decode(record []byte) (Event, error) {
+	if fe := checkDepth(record); fe != nil {
+		return Event{}, fe
+	}
 	ev, fe := decodeOne(record)
 	if fe != nil {
 		return Event{}, fe
@@ -66,6 +76,10 @@ func DecodeBatch(body []byte) ([]Event, error) {
 	body = bytes.TrimSpace(body)
 	if len(body) == 0 {
 		return nil, &FieldError{Err: ErrEmpty, Detail: "the body is empty"}
+	}
+	// Before any parser sees the body: nesting is what parsers recurse on.
+	if fe := checkDepth(body); fe != nil {
+		return nil, fe
 	}
 	// Invalid UTF-8 is left to decodeOne, which runs per event and so names
 	// the event that holds it.
@@ -250,6 +264,39 @@ func syntaxDetail(err error) string {
 		return "not JSON"
 	}
 	return err.Error()
+}
+
+// checkDepth refuses b when its arrays and objects nest deeper than
+// [MaxDepth]. It counts brackets outside strings, which for valid JSON is
+// the nesting depth; for invalid JSON the verdict is malformed either way.
+func checkDepth(b []byte) *FieldError {
+	if bytes.Count(b, []byte("["))+bytes.Count(b, []byte("{")) <= MaxDepth {
+		return nil
+	}
+	depth, inString := 0, false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if inString {
+			switch c {
+			case '\\':
+				i++
+			case '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case '[', '{':
+			if depth++; depth > MaxDepth {
+				return &FieldError{Err: ErrMalformed, Detail: fmt.Sprintf("arrays and objects nest deeper than %d levels at byte %d", MaxDepth, i)}
+			}
+		case ']', '}':
+			depth--
+		}
+	}
+	return nil
 }
 
 func invalidUTF8At(b []byte) int {

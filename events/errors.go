@@ -12,6 +12,7 @@ var (
 	ErrUnknownType    = errors.New("events: unknown type")
 	ErrUnknownVersion = errors.New("events: unknown version")
 	ErrUnknownField   = errors.New("events: unknown field")
+	ErrDuplicateField = errors.New("events: duplicate field")
 	ErrMissingField   = errors.New("events: missing field")
 	ErrWrongType      = errors.New("events: wrong JSON type")
 	ErrInvalidValue   = errors.New("events: invalid value")
@@ -26,6 +27,7 @@ var codes = map[error]string{
 	ErrUnknownType:    "unknown_type",
 	ErrUnknownVersion: "unknown_version",
 	ErrUnknownField:   "unknown_field",
+	ErrDuplicateField: "duplicate_field",
 	ErrMissingField:   "missing_field",
 	ErrWrongType:      "wrong_type",
 	ErrInvalidValue:   "invalid_value",

@@ -98,6 +98,13 @@ func decodeObject(raw []byte, rv reflect.Value, path string) *FieldError {
 	if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
 		return fieldErr(path, ErrWrongType, "want an object, got %s", jsonKind(raw))
 	}
+	// A key given twice is refused before anything else: which of its
+	// values counts differs between JSON parsers, and a proxy or
+	// authorizer reading the body with another one must not see another
+	// event than the ledger records.
+	if k, ok := duplicateKey(raw); ok {
+		return fieldErr(join(path, k), ErrDuplicateField, "%q is given more than once", clip(k))
+	}
 	s := specOf(rv.Type())
 	// Unknown fields first, in sorted order so the error is deterministic.
 	var unknown []string
@@ -151,6 +158,11 @@ func decodeValue(raw []byte, fv reflect.Value, fs *fieldSpec, path string) *Fiel
 		}
 		fv.Set(out)
 		return nil
+	}
+	if t.Kind() == reflect.Map {
+		if k, ok := duplicateKey(raw); ok {
+			return fieldErr(path+"."+k, ErrDuplicateField, "key %q is given more than once", clip(k))
+		}
 	}
 	if fe := refuseInnerNull(raw, t, path); fe != nil {
 		return fe
@@ -223,6 +235,92 @@ func elementKind(v string) string {
 		return "a number " + clip(v[:end])
 	}
 	return "a " + clip(v)
+}
+
+// duplicateKey returns the first key of the JSON object raw that repeats
+// an earlier one, in document order, unescaped. raw is valid JSON (the
+// decoder checked the whole record); anything but an object has no keys.
+func duplicateKey(raw []byte) (string, bool) {
+	i := skipSpace(raw, 0)
+	if i >= len(raw) || raw[i] != '{' {
+		return "", false
+	}
+	var seen map[string]struct{}
+	for i = skipSpace(raw, i+1); i < len(raw) && raw[i] == '"'; {
+		end := stringEnd(raw, i)
+		if end < i+2 || raw[end-1] != '"' {
+			return "", false // unterminated: not the valid JSON promised
+		}
+		key := string(raw[i+1 : end-1])
+		if strings.IndexByte(key, '\\') >= 0 {
+			var s string
+			_ = json.Unmarshal(raw[i:end], &s)
+			key = s
+		}
+		if _, dup := seen[key]; dup {
+			return key, true
+		}
+		if seen == nil {
+			seen = map[string]struct{}{}
+		}
+		seen[key] = struct{}{}
+		i = skipSpace(raw, end) + 1 // past ':'
+		i = skipSpace(raw, valueEnd(raw, skipSpace(raw, i)))
+		if i < len(raw) && raw[i] == ',' {
+			i = skipSpace(raw, i+1)
+		}
+	}
+	return "", false
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// stringEnd returns the index just past the string that starts at b[i].
+func stringEnd(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return len(b)
+}
+
+// valueEnd returns the index just past the JSON value that starts at b[i].
+func valueEnd(b []byte, i int) int {
+	if i >= len(b) {
+		return i
+	}
+	switch b[i] {
+	case '"':
+		return stringEnd(b, i)
+	case '{', '[':
+		depth := 0
+		for ; i < len(b); i++ {
+			switch b[i] {
+			case '"':
+				i = stringEnd(b, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+		}
+		return i
+	}
+	for i < len(b) && !strings.ContainsRune(",]} \t\r\n", rune(b[i])) {
+		i++
+	}
+	return i
 }
 
 func isNull(raw []byte) bool {

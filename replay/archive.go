@@ -185,7 +185,7 @@ func OpenArchive(path string) (*Archive, error) {
 	wantSum := tr[24 : 24+sha256.Size]
 
 	sum := sha256.New()
-	fr := newFrameReader(io.TeeReader(io.NewSectionReader(f, 0, body), sum), path)
+	fr := newFrameReader(io.TeeReader(io.NewSectionReader(f, 0, body), sum), path, body)
 	magic := make([]byte, len(archiveMagic))
 	if _, err := io.ReadFull(fr.r, magic); err != nil || string(magic) != archiveMagic {
 		return nil, bad(0, 0, "not an archive (magic %q)", magic)
@@ -328,7 +328,7 @@ func (a *Archive) section(ctx context.Context, start int64, kind byte, fn func(a
 		return fmt.Errorf("replay: %w", err)
 	}
 	defer f.Close()
-	fr := newFrameReader(io.NewSectionReader(f, start, a.body-start), a.path)
+	fr := newFrameReader(io.NewSectionReader(f, start, a.body-start), a.path, a.body)
 	fr.off = start
 	for n := 0; ; n++ {
 		if n%1024 == 0 && ctx.Err() != nil {
@@ -392,11 +392,12 @@ type frameReader struct {
 	path string
 	off  int64 // offset of the next frame
 	at   int64 // offset of the frame last read
+	end  int64 // offset where the frames end
 	crc  hash.Hash32
 }
 
-func newFrameReader(r io.Reader, path string) *frameReader {
-	return &frameReader{r: bufio.NewReaderSize(r, 1<<20), path: path, crc: crc32.New(castagnoli)}
+func newFrameReader(r io.Reader, path string, end int64) *frameReader {
+	return &frameReader{r: bufio.NewReaderSize(r, 1<<20), path: path, end: end, crc: crc32.New(castagnoli)}
 }
 
 func (fr *frameReader) next() (byte, []byte, error) {
@@ -417,6 +418,11 @@ func (fr *frameReader) next() (byte, []byte, error) {
 	}
 	if n > maxFrame {
 		return 0, nil, bad("frame %q of %d bytes, more than %d", kind, n, maxFrame)
+	}
+	// A damaged length must not make the reader allocate what the file
+	// cannot hold.
+	if fr.at+1+int64(uvarintLen(n))+int64(n)+4 > fr.end {
+		return 0, nil, bad("frame %q of %d bytes runs past the end of the frames at byte %d", kind, n, fr.end)
 	}
 	payload := make([]byte, n+4)
 	if _, err := io.ReadFull(fr.r, payload); err != nil {

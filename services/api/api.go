@@ -38,6 +38,11 @@ func (s *Service) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/runs/{run}/batches/{seq}/samples", s.samples)
 	// Task ids may contain "/", so the task is the rest of the path.
 	mux.HandleFunc("GET /v1/runs/{run}/tasks/{task...}", s.task)
+	// Without this route ServeMux would redirect .../tasks to .../tasks/,
+	// the pattern above with an empty task.
+	mux.HandleFunc("GET /v1/runs/{run}/tasks", func(w http.ResponseWriter, r *http.Request) {
+		httpx.WriteError(w, http.StatusNotFound, "not_found", "name a task: /v1/runs/{run}/tasks/{task}")
+	})
 	mux.HandleFunc("GET /v1/runs/{run}/status", s.status)
 }
 
@@ -145,8 +150,8 @@ func (s *Service) nextBatch(w http.ResponseWriter, r *http.Request) {
 		wait = d
 	}
 	v, found, err := s.Projector.WaitDecision(r.Context(), run, projections.KindBatchSealed, after+1, wait)
-	if errors.Is(err, context.Canceled) {
-		return
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return // the request ended: no one is waiting for an answer
 	}
 	if err != nil {
 		s.fail(w, err)

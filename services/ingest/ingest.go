@@ -14,6 +14,7 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/rolloutledger/rolloutledger/events"
@@ -30,8 +31,16 @@ type Appender interface {
 	Append(ctx context.Context, recs []kafkalog.Record) ([]kafkalog.Position, error)
 }
 
-// DefaultMaxBodyBytes bounds a request body unless configured.
-const DefaultMaxBodyBytes = 64 << 20
+// Defaults of [Service]'s limits.
+const (
+	// DefaultMaxBodyBytes bounds a request body unless configured.
+	DefaultMaxBodyBytes = 64 << 20
+	// DefaultBodyBudget bounds the bytes of all request bodies being read
+	// or decoded at once unless configured. Decoding holds a body, its
+	// events and their canonical records: about three times the budget at
+	// worst.
+	DefaultBodyBudget = 256 << 20
+)
 
 // Service handles the ingest endpoints.
 type Service struct {
@@ -41,6 +50,11 @@ type Service struct {
 	Logger *slog.Logger
 	// MaxBodyBytes bounds a request body; 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// BodyBudget bounds the bytes of the request bodies handled at once
+	// (each charged its Content-Length, or MaxBodyBytes when chunked); a
+	// request that would pass it is answered 503 with Retry-After. 0 means
+	// DefaultBodyBudget; it is raised to MaxBodyBytes if smaller.
+	BodyBudget int64
 	// AppendTimeout bounds the wait for Kafka's acknowledgment; 0 means
 	// 30 s. The append is detached from the client's connection, so a client
 	// that goes away does not abandon a half-written request.
@@ -66,7 +80,19 @@ type Appended struct {
 
 // Register adds the service's routes to mux.
 func (s *Service) Register(mux *http.ServeMux) {
-	mux.Handle("POST /v1/events", s.counted(http.HandlerFunc(s.postEvents)))
+	budget := s.BodyBudget
+	if budget <= 0 {
+		budget = DefaultBodyBudget
+	}
+	budget = max(budget, s.maxBody())
+	mux.Handle("POST /v1/events", s.counted(httpx.LimitBytes(budget, s.maxBody(), http.HandlerFunc(s.postEvents))))
+}
+
+func (s *Service) maxBody() int64 {
+	if s.MaxBodyBytes <= 0 {
+		return DefaultMaxBodyBytes
+	}
+	return s.MaxBodyBytes
 }
 
 // counted counts every request by the outcome its status code says, so
@@ -119,24 +145,30 @@ func (s *Service) log() *slog.Logger {
 }
 
 func (s *Service) postEvents(w http.ResponseWriter, r *http.Request) {
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-			httpx.WriteError(w, http.StatusUnsupportedMediaType, "unsupported_media_type", fmt.Sprintf("content type %q is not application/json", ct))
-			return
-		}
+	if msg := checkContentType(r.Header.Values("Content-Type")); msg != "" {
+		httpx.WriteError(w, http.StatusUnsupportedMediaType, "unsupported_media_type", msg)
+		return
 	}
-	limit := s.MaxBodyBytes
-	if limit <= 0 {
-		limit = DefaultMaxBodyBytes
+	limit := s.maxBody()
+	// A declared length over the bound is refused unread; an undeclared
+	// (chunked) one is cut off as soon as it passes the bound.
+	if r.ContentLength > limit {
+		httpx.WriteError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body of %d bytes, more than %d", r.ContentLength, limit))
+		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
+		switch {
+		case errors.As(err, &tooBig):
 			httpx.WriteError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body over %d bytes", limit))
-			return
+		case httpx.IsTimeout(err):
+			httpx.WriteError(w, http.StatusRequestTimeout, "timeout", "the request body did not arrive in time")
+		default:
+			// Most often the client went away mid-body; nothing was appended.
+			httpx.WriteError(w, http.StatusBadRequest, "unreadable_body", "reading the request body: "+err.Error())
 		}
-		httpx.WriteError(w, http.StatusBadRequest, "unreadable_body", "reading the request body: "+err.Error())
+		s.log().Info("request body unread", "remote", r.RemoteAddr, "bytes", len(body), "err", err)
 		return
 	}
 	evs, err := events.DecodeBatch(body)
@@ -176,6 +208,34 @@ func (s *Service) postEvents(w http.ResponseWriter, r *http.Request) {
 		resp.Events[i] = Appended{ID: ev.ID, Partition: pos[i].Partition, Offset: pos[i].Offset}
 	}
 	httpx.WriteJSON(w, http.StatusOK, resp)
+}
+
+// checkContentType accepts exactly one Content-Type, application/json with
+// no parameter but an optional charset=utf-8, and otherwise says what is
+// wrong. A missing type is refused too: a browser page may send a request
+// without one to any origin with no preflight, and the ledger takes facts
+// only from clients that say they send JSON.
+func checkContentType(values []string) string {
+	if len(values) != 1 {
+		return fmt.Sprintf("want one Content-Type, application/json, got %d", len(values))
+	}
+	mt, params, err := mime.ParseMediaType(values[0])
+	if err != nil || mt != "application/json" {
+		return fmt.Sprintf("content type %q is not application/json", clip(values[0]))
+	}
+	for k, v := range params {
+		if k != "charset" || !strings.EqualFold(v, "utf-8") {
+			return fmt.Sprintf("content type %q: JSON is UTF-8, with no parameter but charset=utf-8", clip(values[0]))
+		}
+	}
+	return ""
+}
+
+func clip(s string) string {
+	if len(s) <= 100 {
+		return s
+	}
+	return s[:97] + "..."
 }
 
 // refuse answers a request whose events were not accepted: 413 when an event

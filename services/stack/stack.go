@@ -68,6 +68,12 @@ type Options struct {
 	// TLSCertFile and TLSKeyFile, both set, serve HTTPS (TLS 1.2 or newer)
 	// with this PEM certificate chain and key.
 	TLSCertFile, TLSKeyFile string
+	// HTTP bounds what clients may hold of the HTTP server: timeouts and
+	// the connection cap (zero: the httpx defaults).
+	HTTP httpx.ServerOptions
+	// MaxBodyBytes and BodyBudget bound ingest's request bodies, one and
+	// all at once (zero: the ingest defaults).
+	MaxBodyBytes, BodyBudget int64
 	// Logger is the stack's logger; nil discards.
 	Logger *slog.Logger
 	// Telemetry receives every service's spans and metrics, served at
@@ -83,6 +89,9 @@ func (o Options) Validate() error {
 		errs = append(errs, errors.New("stack: no HTTP address"))
 	}
 	if err := o.Kafka.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := o.HTTP.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	for _, s := range o.Only {
@@ -189,7 +198,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	mux.Handle("GET /metrics", s.tel.MetricsHandler())
 	if slices.Contains(o.Only, ServiceIngest) {
 		s.writer = kafkalog.NewWriter(o.Kafka, o.Kafka.FactsTopic(), kafkalog.WriterOptions{Logger: log, Telemetry: s.tel})
-		(&ingest.Service{Appender: s.writer, Logger: log, Telemetry: s.tel}).Register(mux)
+		(&ingest.Service{Appender: s.writer, Logger: log, Telemetry: s.tel, MaxBodyBytes: o.MaxBodyBytes, BodyBudget: o.BodyBudget}).Register(mux)
 	}
 	if slices.Contains(o.Only, ServiceProjector) {
 		p, err := projector.Open(projector.Options{Kafka: o.Kafka, Dir: filepath.Join(o.DataDir, "projector"), Partitions: o.ProjectorPartitions, Logger: log, Telemetry: s.tel})
@@ -222,7 +231,8 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	if err != nil {
 		return abort(fmt.Errorf("stack: listen on %s: %w", o.Addr, err))
 	}
-	s.ln = ln
+	s.srv, s.ln = httpx.NewServer(ln, s.tel.HTTPHandler(handler), o.HTTP, log)
+	s.srv.TLSConfig = tlsConfig
 	if s.proj != nil {
 		pctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 		s.stopProj, s.projDone = stop, make(chan struct{})
@@ -247,19 +257,10 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 			_ = s.sink.Run(sctx)
 		}()
 	}
-	s.srv = &http.Server{
-		Handler:           s.tel.HTTPHandler(handler),
-		TLSConfig:         tlsConfig,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       2 * time.Minute,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
 	if tlsConfig != nil {
-		go func() { s.served <- s.srv.ServeTLS(ln, "", "") }()
+		go func() { s.served <- s.srv.ServeTLS(s.ln, "", "") }()
 	} else {
-		go func() { s.served <- s.srv.Serve(ln) }()
+		go func() { s.served <- s.srv.Serve(s.ln) }()
 	}
 	authn := "off"
 	if o.Auth != nil {

@@ -33,6 +33,8 @@ from ._json import (
 
 MAX_TEXT_BYTES = 64 << 10
 MAX_RECORD_BYTES = 1 << 20
+# events.MaxDepth: how deeply a body's arrays and objects may nest.
+MAX_DEPTH = 1000
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
@@ -441,11 +443,17 @@ def _float_map(v) -> dict[str, float]:
 
 
 def decode_object(obj, spec: Spec, path: str) -> dict:
-    """Decodes the JSON object ``obj`` by ``spec``: unknown fields first (the
-    first in sorted order), then each field in declaration order — missing,
+    """Decodes the JSON object ``obj`` by ``spec``: a repeated key first (the
+    first repeated in document order), unknown fields next (the first in
+    sorted order), then each field in declaration order — missing,
     null, wrong type, then the field's rules."""
     if not isinstance(obj, dict):
         raise _err(E.WRONG_TYPE, path, f"want an object, got {_kind(obj)}")
+    # A key given twice, before anything else (events.duplicateKey).
+    dups = getattr(obj, "dups", None)
+    if dups:
+        k = dups[0][0]
+        raise _err(E.DUPLICATE_FIELD, _join(path, k), f"{k!r} is given more than once")
     unknown = sorted(k for k in obj if k not in spec.by_name)
     if unknown:
         k = unknown[0]
@@ -476,6 +484,9 @@ def _decode_value(v, f: Field, path: str):
         if not isinstance(v, (list, tuple)):
             raise _err(E.WRONG_TYPE, path, f"want an array of objects, got {_kind(v)}")
         return [decode_object(item, f.sub, f"{path}[{i}]") for i, item in enumerate(v)]
+    if kind == FMAP and getattr(v, "dups", None):
+        k = v.dups[0][0]
+        raise _err(E.DUPLICATE_FIELD, f"{path}.{k}", f"key {k!r} is given more than once")
     _null_element(v, kind, path)
     try:
         if kind == STR:

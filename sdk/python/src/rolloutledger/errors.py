@@ -20,6 +20,7 @@ TOO_LARGE = "too_large"
 UNKNOWN_TYPE = "unknown_type"
 UNKNOWN_VERSION = "unknown_version"
 UNKNOWN_FIELD = "unknown_field"
+DUPLICATE_FIELD = "duplicate_field"
 MISSING_FIELD = "missing_field"
 WRONG_TYPE = "wrong_type"
 INVALID_VALUE = "invalid_value"
@@ -31,6 +32,7 @@ CODES = (
     UNKNOWN_TYPE,
     UNKNOWN_VERSION,
     UNKNOWN_FIELD,
+    DUPLICATE_FIELD,
     MISSING_FIELD,
     WRONG_TYPE,
     INVALID_VALUE,

@@ -58,6 +58,36 @@ def _decode_one(record: str, index: int) -> Event:
         raise
 
 
+_STRUCTURE = re.compile(r'["\\\[\]{}]')
+
+
+def _check_depth(text: str) -> None:
+    """events.checkDepth: refuses a body whose arrays and objects nest deeper
+    than MAX_DEPTH, counting brackets outside strings."""
+    if text.count("[") + text.count("{") <= S.MAX_DEPTH:
+        return
+    depth, in_string, skip = 0, False, -1
+    for m in _STRUCTURE.finditer(text):
+        i, c = m.start(), m.group()
+        if i == skip:
+            continue  # the character after a backslash
+        if in_string:
+            if c == "\\":
+                skip = i + 1
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c in "[{":
+            depth += 1
+            if depth > S.MAX_DEPTH:
+                raise E.ValidationError(
+                    E.MALFORMED, "", f"arrays and objects nest deeper than {S.MAX_DEPTH} levels at character {i}"
+                )
+        elif c in "]}":
+            depth -= 1
+
+
 def decode_body(body: bytes | str) -> list[Event]:
     """events.DecodeBatch: the events of a body holding one event object or an
     array of them, normalized. Stops at the first bad event."""
@@ -66,6 +96,8 @@ def decode_body(body: bytes | str) -> list[Event]:
     text = trim_space(body.decode("utf-8", "surrogateescape"))
     if not text:
         raise E.ValidationError(E.EMPTY, "", "the body is empty")
+    # Before any parser sees the body, as the server does.
+    _check_depth(text)
     if text[0] != "[":
         return [_decode_one(text, 0)]
     spans = []
