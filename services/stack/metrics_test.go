@@ -223,7 +223,11 @@ func TestMetricsMoveDuringARun(t *testing.T) {
 		lag := map[string]string{"consumer": "pgsink"}
 		return len(series(sm, telemetry.NameConsumerLag, "partition", lag)) == 8 &&
 			sum(sm, telemetry.NameConsumerLag, lag) == 0 &&
-			sum(sm, telemetry.NamePGRowsWritten, map[string]string{"table": "batches"}) >= sealed
+			sum(sm, telemetry.NamePGRowsWritten, map[string]string{"table": "batches"}) >= sealed &&
+			// Lag is measured against log ends polled every few seconds,
+			// so it can read 0 before the sink has seen the facts; the
+			// rows say when it has.
+			sum(sm, telemetry.NamePGRowsWritten, map[string]string{"table": "turns"}) >= float64(res.ByType["turn.generated"])
 	})
 	checkNames(t, "pgsink", sm)
 	if got := sum(sm, telemetry.NamePGWriteDuration, nil); got == 0 {
