@@ -94,16 +94,27 @@ func decodeStrict(raw []byte, v any, path string) *FieldError {
 }
 
 func decodeObject(raw []byte, rv reflect.Value, path string) *FieldError {
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
+	var buf [24]member
+	obj, ok := scanObject(raw, buf[:0])
+	if !ok {
 		return fieldErr(path, ErrWrongType, "want an object, got %s", jsonKind(raw))
 	}
 	s := specOf(rv.Type())
-	// Unknown fields first, in sorted order so the error is deterministic.
+	// Each field's value, by its index in s.fields; unknown fields first,
+	// in sorted order so the error is deterministic.
+	var valsBuf [24][]byte
+	vals := valsBuf[:0]
+	if n := len(s.fields); n <= len(valsBuf) {
+		vals = valsBuf[:n]
+	} else {
+		vals = make([][]byte, n)
+	}
 	var unknown []string
-	for k := range obj {
-		if _, ok := s.byName[k]; !ok {
-			unknown = append(unknown, k)
+	for _, m := range obj {
+		if i, ok := s.byName[m.key]; ok {
+			vals[i] = m.val
+		} else {
+			unknown = append(unknown, m.key)
 		}
 	}
 	if len(unknown) > 0 {
@@ -112,14 +123,14 @@ func decodeObject(raw []byte, rv reflect.Value, path string) *FieldError {
 	}
 	for i := range s.fields {
 		fs := &s.fields[i]
-		fpath := join(path, fs.name)
-		val, ok := obj[fs.name]
-		if !ok {
+		val := vals[i]
+		if val == nil {
 			if fs.optional {
 				continue
 			}
-			return fieldErr(fpath, ErrMissingField, "required")
+			return fieldErr(join(path, fs.name), ErrMissingField, "required")
 		}
+		fpath := join(path, fs.name)
 		if isNull(val) {
 			return fieldErr(fpath, ErrWrongType, "null is not allowed")
 		}
@@ -139,8 +150,8 @@ func decodeValue(raw []byte, fv reflect.Value, fs *fieldSpec, path string) *Fiel
 	case t.Kind() == reflect.Struct:
 		return decodeObject(raw, fv, path)
 	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct:
-		var items []json.RawMessage
-		if err := json.Unmarshal(raw, &items); err != nil {
+		items, ok := scanArray(raw)
+		if !ok {
 			return fieldErr(path, ErrWrongType, "want an array of objects, got %s", jsonKind(raw))
 		}
 		out := reflect.MakeSlice(t, len(items), len(items))
@@ -151,6 +162,9 @@ func decodeValue(raw []byte, fv reflect.Value, fs *fieldSpec, path string) *Fiel
 		}
 		fv.Set(out)
 		return nil
+	}
+	if decodeScalar(raw, fv) {
+		return checkValue(fv, fs, path)
 	}
 	if fe := refuseInnerNull(raw, t, path); fe != nil {
 		return fe
