@@ -85,3 +85,29 @@ func BenchmarkEncode(b *testing.B) {
 	}
 	b.ReportMetric(float64(i)/b.Elapsed().Seconds(), "facts/s")
 }
+
+// BenchmarkDecodeBatch is what ingest does with a request body: 64 events
+// in one JSON array.
+func BenchmarkDecodeBatch(b *testing.B) {
+	recs := benchFacts(b)["no-tokens"]
+	var bodies [][]byte
+	for lo := 0; lo+64 <= len(recs); lo += 64 {
+		body := []byte("[")
+		for i, r := range recs[lo : lo+64] {
+			if i > 0 {
+				body = append(body, ',')
+			}
+			body = append(body, r...)
+		}
+		bodies = append(bodies, append(body, ']'))
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if _, err := events.DecodeBatch(bodies[i%len(bodies)]); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+	b.ReportMetric(float64(i*64)/b.Elapsed().Seconds(), "facts/s")
+}
