@@ -77,7 +77,7 @@ Start with: rolloutledger demo`,
 		newAuditCmd(g),
 		newProveCmd(g),
 		newMigrateCmd(g), newProjectionsCmd(g),
-		notYet("bench", "Run the benchmark suite"),
+		newBenchCmd(g),
 	)
 	return root
 }
