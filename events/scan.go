@@ -2,8 +2,10 @@ package events
 
 import (
 	"bytes"
+	"math"
 	"reflect"
 	"strconv"
+	"unsafe"
 
 	json "github.com/segmentio/encoding/json"
 )
@@ -185,6 +187,19 @@ func decodeScalar(raw []byte, fv reflect.Value) bool {
 		}
 		fv.SetInt(n)
 		return true
+	case reflect.Slice:
+		switch fv.Type() {
+		case int32sType:
+			if out, ok := decodeInt32s(raw); ok {
+				fv.Set(reflect.ValueOf(out))
+				return true
+			}
+		case float32sType:
+			if out, ok := decodeFloat32s(raw); ok {
+				fv.Set(reflect.ValueOf(out))
+				return true
+			}
+		}
 	case reflect.Bool:
 		switch string(raw) {
 		case "true":
@@ -196,4 +211,90 @@ func decodeScalar(raw []byte, fv reflect.Value) bool {
 		}
 	}
 	return false
+}
+
+var (
+	int32sType   = reflect.TypeFor[[]int32]()
+	float32sType = reflect.TypeFor[[]float32]()
+)
+
+// decodeInt32s reads a token array: a JSON array of integers that fit an
+// int32. Anything else (a fraction, an exponent, null, a string, a value
+// out of range) reports false and is left to the general decoder.
+func decodeInt32s(raw []byte) ([]int32, bool) {
+	if len(raw) < 2 || raw[0] != '[' {
+		return nil, false
+	}
+	out := make([]int32, 0, bytes.Count(raw, []byte{','})+1)
+	i := skipSpace(raw, 1)
+	if i < len(raw) && raw[i] == ']' {
+		return out, true
+	}
+	for i < len(raw) {
+		neg := raw[i] == '-'
+		if neg {
+			i++
+		}
+		start := i
+		var v int64
+		for i < len(raw) && raw[i] >= '0' && raw[i] <= '9' {
+			if v = v*10 + int64(raw[i]-'0'); v > 1<<31 {
+				return nil, false
+			}
+			i++
+		}
+		if i == start {
+			return nil, false
+		}
+		if neg {
+			v = -v
+		}
+		if v < math.MinInt32 || v > math.MaxInt32 {
+			return nil, false
+		}
+		out = append(out, int32(v))
+		i = skipSpace(raw, i)
+		if i < len(raw) && raw[i] == ']' {
+			return out, true
+		}
+		if i >= len(raw) || raw[i] != ',' {
+			return nil, false
+		}
+		i = skipSpace(raw, i+1)
+	}
+	return nil, false
+}
+
+// decodeFloat32s reads a logprob array: a JSON array of numbers, each
+// parsed as encoding/json parses a float32 (strconv.ParseFloat with
+// bitSize 32). Anything but numbers reports false.
+func decodeFloat32s(raw []byte) ([]float32, bool) {
+	if len(raw) < 2 || raw[0] != '[' {
+		return nil, false
+	}
+	out := make([]float32, 0, bytes.Count(raw, []byte{','})+1)
+	i := skipSpace(raw, 1)
+	if i < len(raw) && raw[i] == ']' {
+		return out, true
+	}
+	for i < len(raw) {
+		if c := raw[i]; c != '-' && (c < '0' || c > '9') {
+			return nil, false
+		}
+		end := skipValue(raw, i)
+		f, err := strconv.ParseFloat(unsafe.String(&raw[i], end-i), 32)
+		if err != nil {
+			return nil, false
+		}
+		out = append(out, float32(f))
+		i = skipSpace(raw, end)
+		if i < len(raw) && raw[i] == ']' {
+			return out, true
+		}
+		if i >= len(raw) || raw[i] != ',' {
+			return nil, false
+		}
+		i = skipSpace(raw, i+1)
+	}
+	return nil, false
 }

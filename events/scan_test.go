@@ -20,6 +20,7 @@ func scanSeeds(f *testing.F) {
 		`{}`, `[]`, ` { "a" : 1 , "b":[1, {"c":"}"}], "d":"x\"y" } `, `{"a":1,"a":2}`, `{"\u0061":true}`,
 		`[1,"a",{"b":[]},null, -2.5e3 ]`, `"str"`, `12`, `null`, `{"a":{"b":{"c":[[]]}}}`, `"a\\"`, `-0`, `9223372036854775808`,
 		`{"id":"0190a0a0-0000-7000-8000-000000000000","data":{"attempt":"a/1","turn":3}}`,
+		`[1, -2 ,2147483647,-2147483648]`, `[2147483648]`, `[1.5,-0.25e-3, 3E+2]`, `[1,null]`, `[ ]`, `[-0.0]`, `[1e40]`, `[0.1,"x"]`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -82,7 +83,7 @@ func FuzzDecodeScalar(f *testing.F) {
 			return
 		}
 		b = bytes.TrimSpace(b)
-		for _, v := range []any{new(string), new(int), new(int32), new(int64), new(bool), new(Type)} {
+		for _, v := range []any{new(string), new(int), new(int32), new(int64), new(bool), new(Type), new([]int32), new([]float32)} {
 			got := reflect.New(reflect.TypeOf(v).Elem())
 			if !decodeScalar(b, got.Elem()) {
 				continue
