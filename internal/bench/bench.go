@@ -217,7 +217,9 @@ type Report struct {
 	Figures []*Figure `json:"figures"`
 }
 
-// Run measures the selected figures.
+// Run measures the selected figures. A group that fails is reported as a
+// skipped line of the table and in the error, which comes with the report
+// of everything else.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
@@ -239,7 +241,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		{GroupReplay, replayFigures},
 		{GroupMemory, memoryFigures},
 	}
+	var failed []error
 	for _, s := range steps {
+		if ctx.Err() != nil {
+			break
+		}
 		if !o.wants(s.group) {
 			continue
 		}
@@ -247,7 +253,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		t0 := time.Now()
 		figs, err := s.run(ctx, e)
 		if err != nil {
-			return nil, fmt.Errorf("bench %s: %w", s.group, err)
+			// One group's failure does not cost the others' figures: it is
+			// a line of the table, and Run's error.
+			err = fmt.Errorf("bench %s: %w", s.group, err)
+			failed = append(failed, err)
+			e.log.Error("figure group failed", "group", s.group, "err", err)
+			figs = []*Figure{{Name: s.group + " (failed)", Skipped: true, Command: e.cmd(s.group), Note: err.Error()}}
 		}
 		for _, f := range figs {
 			f.Group = s.group
@@ -258,7 +269,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		e.log.Info("measured", "group", s.group, "took", time.Since(t0).Round(time.Millisecond))
 	}
 	rep.Duration = time.Since(rep.Started).Round(time.Millisecond).String()
-	return rep, nil
+	if err := ctx.Err(); err != nil {
+		failed = append(failed, err)
+	}
+	return rep, errors.Join(failed...)
 }
 
 // env is what the figures share: the options, a unique topic prefix

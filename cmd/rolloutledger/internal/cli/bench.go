@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -75,13 +76,14 @@ figure runs (its numbers mean nothing).`,
 				defer pprof.StopCPUProfile()
 			}
 			rep, err := bench.Run(cmd.Context(), o)
-			if err != nil {
+			if rep == nil {
 				return err
 			}
+			werr := rep.WriteTable
 			if asJSON {
-				return rep.WriteJSON(g.stdout)
+				werr = rep.WriteJSON
 			}
-			return rep.WriteTable(g.stdout)
+			return errors.Join(werr(g.stdout), err)
 		},
 	}
 	def := os.Getenv("KAFKA_BROKERS")
