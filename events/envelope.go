@@ -90,16 +90,18 @@ func DecodeBatch(body []byte) ([]Event, error) {
 		}
 		return []Event{ev}, nil
 	}
-	var items []json.RawMessage
-	if err := json.Unmarshal(body, &items); err != nil {
-		return nil, &FieldError{Err: ErrMalformed, Detail: syntaxDetail(err)}
+	// One validation of the whole body; the events then need no second.
+	if !json.Valid(body) {
+		var items []json.RawMessage
+		return nil, &FieldError{Err: ErrMalformed, Detail: syntaxDetail(json.Unmarshal(body, &items))}
 	}
+	items, _ := scanArray(body)
 	if len(items) == 0 {
 		return nil, &FieldError{Err: ErrEmpty, Detail: "the array holds no events"}
 	}
 	out := make([]Event, len(items))
 	for i, item := range items {
-		ev, fe := decodeOne(item)
+		ev, fe := decodeValidJSON(item)
 		if fe != nil {
 			fe.Index = i
 			return nil, fe
@@ -118,6 +120,15 @@ func decodeOne(record []byte) (Event, *FieldError) {
 	if !json.Valid(record) {
 		var probe any
 		return Event{}, &FieldError{Err: ErrMalformed, Detail: syntaxDetail(json.Unmarshal(record, &probe))}
+	}
+	return decodeValidJSON(record)
+}
+
+// decodeValidJSON is decodeOne for a record known to be valid JSON: an
+// element of a batch whose whole body was validated.
+func decodeValidJSON(record []byte) (Event, *FieldError) {
+	if len(record) > 2*MaxRecordBytes {
+		return Event{}, &FieldError{Err: ErrTooLarge, Detail: fmt.Sprintf("%d bytes, more than %d", len(record), MaxRecordBytes)}
 	}
 	if !utf8.Valid(record) {
 		return Event{}, &FieldError{Err: ErrMalformed, Detail: fmt.Sprintf("invalid UTF-8 at byte %d", invalidUTF8At(record))}

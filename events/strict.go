@@ -94,23 +94,34 @@ func decodeStrict(raw []byte, v any, path string) *FieldError {
 }
 
 func decodeObject(raw []byte, rv reflect.Value, path string) *FieldError {
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
+	var buf [24]member
+	obj, dup, ok := scanMembers(raw, buf[:0])
+	if !ok {
 		return fieldErr(path, ErrWrongType, "want an object, got %s", jsonKind(raw))
 	}
 	// A key given twice is refused before anything else: which of its
 	// values counts differs between JSON parsers, and a proxy or
 	// authorizer reading the body with another one must not see another
 	// event than the ledger records.
-	if k, ok := duplicateKey(raw); ok {
-		return fieldErr(join(path, k), ErrDuplicateField, "%q is given more than once", clip(k))
+	if dup != nil {
+		return fieldErr(join(path, *dup), ErrDuplicateField, "%q is given more than once", clip(*dup))
 	}
 	s := specOf(rv.Type())
-	// Unknown fields first, in sorted order so the error is deterministic.
+	// Each field's value, by its index in s.fields; unknown fields first,
+	// in sorted order so the error is deterministic.
+	var valsBuf [24][]byte
+	vals := valsBuf[:0]
+	if n := len(s.fields); n <= len(valsBuf) {
+		vals = valsBuf[:n]
+	} else {
+		vals = make([][]byte, n)
+	}
 	var unknown []string
-	for k := range obj {
-		if _, ok := s.byName[k]; !ok {
-			unknown = append(unknown, k)
+	for _, m := range obj {
+		if i, ok := s.byName[m.key]; ok {
+			vals[i] = m.val
+		} else {
+			unknown = append(unknown, m.key)
 		}
 	}
 	if len(unknown) > 0 {
@@ -119,14 +130,14 @@ func decodeObject(raw []byte, rv reflect.Value, path string) *FieldError {
 	}
 	for i := range s.fields {
 		fs := &s.fields[i]
-		fpath := join(path, fs.name)
-		val, ok := obj[fs.name]
-		if !ok {
+		val := vals[i]
+		if val == nil {
 			if fs.optional {
 				continue
 			}
-			return fieldErr(fpath, ErrMissingField, "required")
+			return fieldErr(join(path, fs.name), ErrMissingField, "required")
 		}
+		fpath := join(path, fs.name)
 		if isNull(val) {
 			return fieldErr(fpath, ErrWrongType, "null is not allowed")
 		}
@@ -146,8 +157,8 @@ func decodeValue(raw []byte, fv reflect.Value, fs *fieldSpec, path string) *Fiel
 	case t.Kind() == reflect.Struct:
 		return decodeObject(raw, fv, path)
 	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct:
-		var items []json.RawMessage
-		if err := json.Unmarshal(raw, &items); err != nil {
+		items, ok := scanArray(raw)
+		if !ok {
 			return fieldErr(path, ErrWrongType, "want an array of objects, got %s", jsonKind(raw))
 		}
 		out := reflect.MakeSlice(t, len(items), len(items))
@@ -163,6 +174,8 @@ func decodeValue(raw []byte, fv reflect.Value, fs *fieldSpec, path string) *Fiel
 		if k, ok := duplicateKey(raw); ok {
 			return fieldErr(path+"."+k, ErrDuplicateField, "key %q is given more than once", clip(k))
 		}
+	} else if decodeScalar(raw, fv) {
+		return checkValue(fv, fs, path)
 	}
 	if fe := refuseInnerNull(raw, t, path); fe != nil {
 		return fe
@@ -241,86 +254,11 @@ func elementKind(v string) string {
 // an earlier one, in document order, unescaped. raw is valid JSON (the
 // decoder checked the whole record); anything but an object has no keys.
 func duplicateKey(raw []byte) (string, bool) {
-	i := skipSpace(raw, 0)
-	if i >= len(raw) || raw[i] != '{' {
+	_, dup, ok := scanMembers(raw, nil)
+	if !ok || dup == nil {
 		return "", false
 	}
-	var seen map[string]struct{}
-	for i = skipSpace(raw, i+1); i < len(raw) && raw[i] == '"'; {
-		end := stringEnd(raw, i)
-		if end < i+2 || raw[end-1] != '"' {
-			return "", false // unterminated: not the valid JSON promised
-		}
-		key := string(raw[i+1 : end-1])
-		if strings.IndexByte(key, '\\') >= 0 {
-			var s string
-			_ = json.Unmarshal(raw[i:end], &s)
-			key = s
-		}
-		if _, dup := seen[key]; dup {
-			return key, true
-		}
-		if seen == nil {
-			seen = map[string]struct{}{}
-		}
-		seen[key] = struct{}{}
-		i = skipSpace(raw, end) + 1 // past ':'
-		i = skipSpace(raw, valueEnd(raw, skipSpace(raw, i)))
-		if i < len(raw) && raw[i] == ',' {
-			i = skipSpace(raw, i+1)
-		}
-	}
-	return "", false
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// stringEnd returns the index just past the string that starts at b[i].
-func stringEnd(b []byte, i int) int {
-	for i++; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
-	}
-	return len(b)
-}
-
-// valueEnd returns the index just past the JSON value that starts at b[i].
-func valueEnd(b []byte, i int) int {
-	if i >= len(b) {
-		return i
-	}
-	switch b[i] {
-	case '"':
-		return stringEnd(b, i)
-	case '{', '[':
-		depth := 0
-		for ; i < len(b); i++ {
-			switch b[i] {
-			case '"':
-				i = stringEnd(b, i) - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth--; depth == 0 {
-					return i + 1
-				}
-			}
-		}
-		return i
-	}
-	for i < len(b) && !strings.ContainsRune(",]} \t\r\n", rune(b[i])) {
-		i++
-	}
-	return i
+	return *dup, true
 }
 
 func isNull(raw []byte) bool {

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/otel/codes"
 
@@ -90,7 +91,7 @@ func Open(o Options) (*Projector, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	db, err := pebble.Open(o.Dir, &pebble.Options{Logger: pebbleLogger{l: log.With("component", "pebble", "dir", o.Dir), dir: o.Dir}})
+	db, err := pebble.Open(o.Dir, pebbleOptions(log, o.Dir))
 	if err != nil {
 		return nil, fmt.Errorf("projector: open state in %s: %w", o.Dir, err)
 	}
@@ -101,6 +102,17 @@ func Open(o Options) (*Projector, error) {
 		out:    kafkalog.NewWriter(o.Kafka, o.Kafka.DecisionsTopic(), kafkalog.WriterOptions{Logger: log, MaxAttempts: 10, Telemetry: tel}),
 		notify: newBroadcast(),
 	}, nil
+}
+
+// pebbleOptions tune Pebble for the fold's access pattern: a point read of
+// a key that mostly does not exist yet (the fact dedup set, new attempts)
+// for every fact. Without Bloom filters such a miss reads an index and a
+// data block of every overlapping table; with them it is settled in
+// memory. The block cache holds the hot state of the runs in flight.
+func pebbleOptions(log *slog.Logger, dir string) *pebble.Options {
+	o := &pebble.Options{Logger: pebbleLogger{l: log.With("component", "pebble", "dir", dir), dir: dir}, CacheSize: 64 << 20}
+	o.Levels[0].FilterPolicy = bloom.FilterPolicy(10) // later levels inherit it
+	return o
 }
 
 // Close releases the state and the decisions writer.
@@ -225,7 +237,7 @@ func readWindow(ctx context.Context, r *kafka.Reader, max int) ([]kafka.Message,
 func (p *Projector) foldWindow(ctx context.Context, part int, folds map[string]*projections.Fold, window []kafka.Message) error {
 	ctx, span := p.startProcess(ctx, part, window)
 	defer span.End()
-	b := p.db.NewIndexedBatch()
+	b := p.db.NewBatch()
 	defer b.Close()
 	decided, causes, err := p.foldInto(b, folds, window)
 	if err != nil {
@@ -265,10 +277,14 @@ func (p *Projector) foldWindow(ctx context.Context, part int, folds map[string]*
 
 // foldInto folds a window of records into the batch b: the runs' fold
 // state, their decisions and samples. It returns the decisions made and,
-// for each, the index in window of the record that caused it.
+// for each, the index in window of the record that caused it. The fold
+// reads and writes its state in a window over the database, which goes
+// into b once, at the end.
 func (p *Projector) foldInto(b *pebble.Batch, folds map[string]*projections.Fold, window []kafka.Message) ([]projections.Decision, []int, error) {
 	var decided []projections.Decision
 	var causes []int
+	ws := newWindow(p.db)
+	stores := map[string]*windowStore{}
 	for i, m := range window {
 		ev, err := events.Decode(m.Value)
 		if err != nil {
@@ -282,11 +298,16 @@ func (p *Projector) foldInto(b *pebble.Batch, folds map[string]*projections.Fold
 		if f == nil {
 			f = projections.NewFold(ev.Run)
 			folds[ev.Run] = f
-			if err := noteRun(b, ev.Run, ev.At); err != nil {
+			if err := noteRun(ws, ev.Run, ev.At); err != nil {
 				return nil, nil, err
 			}
 		}
-		ds, err := f.Apply(newRunStore(b, ev.Run), projections.Record{Value: m.Value, Event: ev, Partition: int32(m.Partition), Offset: m.Offset})
+		st := stores[ev.Run]
+		if st == nil {
+			st = ws.store(ev.Run)
+			stores[ev.Run] = st
+		}
+		ds, err := f.Apply(st, projections.Record{Value: m.Value, Event: ev, Partition: int32(m.Partition), Offset: m.Offset})
 		if err != nil {
 			return nil, nil, fmt.Errorf("fold %s at %d/%d: %w", ev.Run, m.Partition, m.Offset, err)
 		}
@@ -302,6 +323,9 @@ func (p *Projector) foldInto(b *pebble.Batch, folds map[string]*projections.Fold
 			causes = append(causes, i)
 		}
 		decided = append(decided, ds...)
+	}
+	if err := ws.flush(b); err != nil {
+		return nil, nil, err
 	}
 	return decided, causes, nil
 }
@@ -361,12 +385,13 @@ func (p *Projector) checkSpace() error {
 
 // noteRun indexes a run by the producer clock of its first fact seen. The
 // index only orders GET /v1/runs; no projection reads it.
-func noteRun(b *pebble.Batch, run string, at time.Time) error {
+func noteRun(w *window, run string, at time.Time) error {
 	k := append([]byte{nsRun}, run...)
-	if _, ok, err := get(b, k); err != nil || ok {
+	if _, ok, err := w.get(k); err != nil || ok {
 		return err
 	}
-	return b.Set(k, binary.BigEndian.AppendUint64(nil, uint64(at.UnixNano())), nil)
+	w.set(k, binary.BigEndian.AppendUint64(nil, uint64(at.UnixNano())))
+	return nil
 }
 
 func decisionKey(run string, kind events.Type, seq uint64) []byte {

@@ -80,7 +80,7 @@ Start with: rolloutledger demo`,
 		newProveCmd(g),
 		newMigrateCmd(g), newProjectionsCmd(g),
 		newHealthcheckCmd(g),
-		notYet("bench", "Run the benchmark suite"),
+		newBenchCmd(g),
 	)
 	return root
 }

@@ -1,0 +1,121 @@
+package cli
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/rolloutledger/rolloutledger/internal/bench"
+)
+
+func newBenchCmd(g *globals) *cobra.Command {
+	var (
+		kafkaLibs, only  string
+		cpuProfile       string
+		short, asJSON    bool
+		runs, replayFact int
+		dbURL            func() string
+	)
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure the ledger against the best this machine can do, side by side",
+		Long: `bench runs the benchmark suite against the real Kafka (--brokers) and Postgres
+(--database-url) and prints one table: each figure's median over --runs runs,
+min–max, unit, its goal and ratio where there is one, and the command that
+reproduces it.
+
+  ingest      POST /v1/events at 1 KiB and 16 KiB events (acks=all) beside Apache
+              Kafka's ProducerPerformance with the same records on the same broker,
+              and kafka-go's writer with the ingest's settings
+  projection  events.Decode and the fold on one core; the projector from Kafka
+  seal        seal latency p50/p99 at a steady 10,000 facts/s
+  postgres    the pgsink beside psql \copy of the same rows into the same tables
+  replay      verify from an archive and from Kafka (--replay-facts), and the time
+              for a FireFlash-scale run (50 M facts) extrapolated
+  memory      projector resident memory vs groups in flight and run length
+
+Everything runs under its own topic prefix and Postgres schemas, which are
+removed at the end. --short runs tiny sizes once each, to check that every
+figure runs (its numbers mean nothing).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if bench.IsChild() {
+				return bench.RunChild(cmd.Context(), g.stdout)
+			}
+			log, err := g.logger("text")
+			if err != nil {
+				return err
+			}
+			o := bench.Options{
+				Brokers: kafkaConfigBrokers(cmd), DatabaseURL: dbURL(), KafkaLibs: kafkaLibs,
+				Short: short, Runs: runs, ReplayFacts: replayFact, Logger: log,
+			}
+			if only != "" {
+				for s := range strings.SplitSeq(only, ",") {
+					if s = strings.TrimSpace(s); s != "" {
+						o.Only = append(o.Only, s)
+					}
+				}
+			}
+			if err := o.Validate(); err != nil {
+				return &exitError{code: 2, err: err}
+			}
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
+			rep, err := bench.Run(cmd.Context(), o)
+			if rep == nil {
+				return err
+			}
+			werr := rep.WriteTable
+			if asJSON {
+				werr = rep.WriteJSON
+			}
+			return errors.Join(werr(g.stdout), err)
+		},
+	}
+	def := os.Getenv("KAFKA_BROKERS")
+	if def == "" {
+		def = "127.0.0.1:9092"
+	}
+	cmd.Flags().String("brokers", def, "Kafka bootstrap brokers, comma-separated (default $KAFKA_BROKERS)")
+	dbURL = addDatabaseFlag(cmd)
+	cmd.Flags().StringVar(&kafkaLibs, "kafka-libs", defaultKafkaLibs(), "directory of Apache Kafka's jars, for ProducerPerformance (default $KAFKA_LIBS, else .services/kafka/libs)")
+	cmd.Flags().BoolVar(&short, "short", false, "tiny sizes, one run each: check that every figure runs (for CI)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	cmd.Flags().IntVar(&runs, "runs", 0, "runs per figure (default 3, 1 with --short)")
+	cmd.Flags().IntVar(&replayFact, "replay-facts", 0, "approximate size of the replay run (default 3,000,000; 10,000 with --short)")
+	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
+	cmd.Flags().StringVar(&only, "only", "", "figure groups, comma-separated: "+strings.Join(bench.Groups, ","))
+	return cmd
+}
+
+func kafkaConfigBrokers(cmd *cobra.Command) []string {
+	v, _ := cmd.Flags().GetString("brokers")
+	var out []string
+	for b := range strings.SplitSeq(v, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+func defaultKafkaLibs() string {
+	if d := os.Getenv("KAFKA_LIBS"); d != "" {
+		return d
+	}
+	return filepath.Join(".services", "kafka", "libs")
+}

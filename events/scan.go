@@ -1,0 +1,310 @@
+package events
+
+import (
+	"bytes"
+	"math"
+	"reflect"
+	"strconv"
+	"unsafe"
+
+	json "github.com/segmentio/encoding/json"
+)
+
+// The strict decoder reads records that json.Valid and utf8.Valid have
+// already accepted, so splitting an object into its members, or an array
+// into its elements, needs no validation of its own: these functions only
+// find where each value starts and ends. That replaces an unmarshal into map[string]RawMessage per
+// object (a second full parse, a map and a copy of every key) with one pass
+// over the bytes and no allocation.
+
+// member is one key and its raw value, trimmed of white space.
+type member struct {
+	key string
+	val []byte
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && isSpace(b[i]) {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index just past the string that starts at b[i].
+func skipString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return len(b)
+}
+
+// structural marks the bytes a container scan stops at.
+var structural = [256]bool{'"': true, '{': true, '[': true, '}': true, ']': true}
+
+// skipValue returns the index just past the value that starts at b[i].
+func skipValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			// Token arrays hold thousands of numbers: skip them in a tight
+			// loop.
+			for i < len(b) && !structural[b[i]] {
+				i++
+			}
+			if i == len(b) {
+				break
+			}
+			switch b[i] {
+			case '"':
+				i = skipString(b, i)
+				continue
+			case '{', '[':
+				depth++
+			default:
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return len(b)
+	}
+	for i < len(b) {
+		switch b[i] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return i
+		}
+		i++
+	}
+	return i
+}
+
+// scanObject appends the members of the valid JSON object raw to dst; ok is
+// false when raw is not an object. A key given twice keeps its last value,
+// as encoding/json does.
+func scanObject(raw []byte, dst []member) (_ []member, ok bool) {
+	dst, _, ok = scanMembers(raw, dst)
+	return dst, ok
+}
+
+// scanMembers is scanObject that also names the first key, in document
+// order, that repeats an earlier one (nil when none does).
+func scanMembers(raw []byte, dst []member) (_ []member, dup *string, ok bool) {
+	i := skipSpace(raw, 0)
+	if i == len(raw) || raw[i] != '{' {
+		return dst, nil, false
+	}
+	i = skipSpace(raw, i+1)
+	if i < len(raw) && raw[i] == '}' {
+		return dst, dup, true
+	}
+	for i < len(raw) {
+		end := skipString(raw, i)
+		key := unquoteKey(raw[i:end])
+		i = skipSpace(raw, end)
+		i = skipSpace(raw, i+1) // ':'
+		end = skipValue(raw, i)
+		val := raw[i:end]
+		seen := false
+		for j := range dst {
+			if dst[j].key == key {
+				dst[j].val, seen = val, true
+				if dup == nil {
+					dup = &key
+				}
+				break
+			}
+		}
+		if !seen {
+			dst = append(dst, member{key, val})
+		}
+		i = skipSpace(raw, end)
+		if i < len(raw) && raw[i] == '}' {
+			break
+		}
+		i = skipSpace(raw, i+1) // ','
+	}
+	return dst, dup, true
+}
+
+// scanArray returns the elements of the valid JSON array raw; ok is false
+// when raw is not an array.
+func scanArray(raw []byte) (items [][]byte, ok bool) {
+	i := skipSpace(raw, 0)
+	if i == len(raw) || raw[i] != '[' {
+		return nil, false
+	}
+	i = skipSpace(raw, i+1)
+	if i < len(raw) && raw[i] == ']' {
+		return [][]byte{}, true
+	}
+	for i < len(raw) {
+		end := skipValue(raw, i)
+		items = append(items, raw[i:end])
+		i = skipSpace(raw, end)
+		if i < len(raw) && raw[i] == ']' {
+			break
+		}
+		i = skipSpace(raw, i+1)
+	}
+	return items, true
+}
+
+// unquoteKey returns the text of the JSON string q.
+func unquoteKey(q []byte) string {
+	if len(q) >= 2 && bytes.IndexByte(q, '\\') < 0 {
+		return string(q[1 : len(q)-1])
+	}
+	var s string
+	if err := json.Unmarshal(q, &s); err != nil {
+		return string(q)
+	}
+	return s
+}
+
+// decodeScalar fills fv from raw without reflection for the plain kinds
+// whose JSON form is unambiguous: unescaped strings, integers, booleans. It
+// reports false when raw needs the general decoder, which then also
+// produces the error for a value that does not fit.
+func decodeScalar(raw []byte, fv reflect.Value) bool {
+	switch fv.Kind() {
+	case reflect.String:
+		if len(raw) < 2 || raw[0] != '"' || bytes.IndexByte(raw[1:len(raw)-1], '\\') >= 0 {
+			return false
+		}
+		fv.SetString(string(raw[1 : len(raw)-1]))
+		return true
+	case reflect.Int, reflect.Int32, reflect.Int64:
+		for j, c := range raw {
+			if !(c >= '0' && c <= '9' || c == '-' && j == 0) {
+				return false
+			}
+		}
+		n, err := strconv.ParseInt(string(raw), 10, fv.Type().Bits())
+		if err != nil {
+			return false
+		}
+		fv.SetInt(n)
+		return true
+	case reflect.Slice:
+		switch fv.Type() {
+		case int32sType:
+			if out, ok := decodeInt32s(raw); ok {
+				fv.Set(reflect.ValueOf(out))
+				return true
+			}
+		case float32sType:
+			if out, ok := decodeFloat32s(raw); ok {
+				fv.Set(reflect.ValueOf(out))
+				return true
+			}
+		}
+	case reflect.Bool:
+		switch string(raw) {
+		case "true":
+			fv.SetBool(true)
+			return true
+		case "false":
+			fv.SetBool(false)
+			return true
+		}
+	}
+	return false
+}
+
+var (
+	int32sType   = reflect.TypeFor[[]int32]()
+	float32sType = reflect.TypeFor[[]float32]()
+)
+
+// decodeInt32s reads a token array: a JSON array of integers that fit an
+// int32. Anything else (a fraction, an exponent, null, a string, a value
+// out of range) reports false and is left to the general decoder.
+func decodeInt32s(raw []byte) ([]int32, bool) {
+	if len(raw) < 2 || raw[0] != '[' {
+		return nil, false
+	}
+	out := make([]int32, 0, bytes.Count(raw, []byte{','})+1)
+	i := skipSpace(raw, 1)
+	if i < len(raw) && raw[i] == ']' {
+		return out, true
+	}
+	for i < len(raw) {
+		neg := raw[i] == '-'
+		if neg {
+			i++
+		}
+		start := i
+		var v int64
+		for i < len(raw) && raw[i] >= '0' && raw[i] <= '9' {
+			if v = v*10 + int64(raw[i]-'0'); v > 1<<31 {
+				return nil, false
+			}
+			i++
+		}
+		if i == start {
+			return nil, false
+		}
+		if neg {
+			v = -v
+		}
+		if v < math.MinInt32 || v > math.MaxInt32 {
+			return nil, false
+		}
+		out = append(out, int32(v))
+		i = skipSpace(raw, i)
+		if i < len(raw) && raw[i] == ']' {
+			return out, true
+		}
+		if i >= len(raw) || raw[i] != ',' {
+			return nil, false
+		}
+		i = skipSpace(raw, i+1)
+	}
+	return nil, false
+}
+
+// decodeFloat32s reads a logprob array: a JSON array of numbers, each
+// parsed as encoding/json parses a float32 (strconv.ParseFloat with
+// bitSize 32). Anything but numbers reports false.
+func decodeFloat32s(raw []byte) ([]float32, bool) {
+	if len(raw) < 2 || raw[0] != '[' {
+		return nil, false
+	}
+	out := make([]float32, 0, bytes.Count(raw, []byte{','})+1)
+	i := skipSpace(raw, 1)
+	if i < len(raw) && raw[i] == ']' {
+		return out, true
+	}
+	for i < len(raw) {
+		if c := raw[i]; c != '-' && (c < '0' || c > '9') {
+			return nil, false
+		}
+		end := skipValue(raw, i)
+		f, err := strconv.ParseFloat(unsafe.String(&raw[i], end-i), 32)
+		if err != nil {
+			return nil, false
+		}
+		out = append(out, float32(f))
+		i = skipSpace(raw, end)
+		if i < len(raw) && raw[i] == ']' {
+			return out, true
+		}
+		if i >= len(raw) || raw[i] != ',' {
+			return nil, false
+		}
+		i = skipSpace(raw, i+1)
+	}
+	return nil, false
+}
