@@ -41,8 +41,11 @@ type Config struct {
 const DefaultTopicPrefix = "rl"
 
 // MaxMessageBytes is the max.message.bytes of the ledger's topics: room for a
-// batch holding several maximal (1 MiB) facts.
-const MaxMessageBytes = 8 << 20
+// batch holding several maximal (1 MiB) facts, and for the batch.sealed
+// decision of a large batch, whose manifest grows by ~17 KB per group (a
+// 256-group batch is ~4.3 MB). Topics created before keep their own limit;
+// raise it with kafka-configs --alter if their batches outgrow it.
+const MaxMessageBytes = 16 << 20
 
 func (c Config) prefix() string {
 	if c.TopicPrefix == "" {

@@ -349,6 +349,19 @@ func (p *Projector) emit(ctx context.Context, ds []projections.Decision) error {
 		if err == nil {
 			return nil
 		}
+		if errors.Is(err, kafka.MessageSizeTooLarge) {
+			// No retry can succeed: stop, loudly, with nothing committed,
+			// so a restart after raising the limit resumes exactly here.
+			big := 0
+			for i := range ds {
+				if len(ds[i].Value) > len(ds[big].Value) {
+					big = i
+				}
+			}
+			d := ds[big]
+			return fmt.Errorf("%w: the largest of %d decisions, %s %d of run %s, is %d bytes: raise max.message.bytes of %s (kafkalog.MaxMessageBytes for new topics) or seal smaller batches: %v",
+				ErrDecisionTooLarge, len(ds), d.Kind, d.Seq, d.Run, len(d.Value), p.o.Kafka.DecisionsTopic(), err)
+		}
 		p.log.Warn("emitting decisions failed; retrying", "decisions", len(ds), "err", err)
 		select {
 		case <-ctx.Done():
@@ -358,6 +371,10 @@ func (p *Projector) emit(ctx context.Context, ds []projections.Decision) error {
 		backoff = min(2*backoff, 5*time.Second)
 	}
 }
+
+// ErrDecisionTooLarge is wrapped by the error the projector stops with when
+// Kafka refuses its decisions as too large: retrying cannot help.
+var ErrDecisionTooLarge = errors.New("projector: decision too large for the decisions topic")
 
 // ErrDiskFull is wrapped by the error the projector stops with when the
 // filesystem of its state directory is (nearly) full.
