@@ -47,7 +47,7 @@ func TestProjectorDiskFull(t *testing.T) {
 	}
 	disk := testenv.Tmpfs(t, 96<<20)
 	spec := childSpec{Brokers: kc.Brokers, Prefix: kc.TopicPrefix, Only: []string{stack.ServiceProjector}, DataDir: disk}
-	var out syncBuffer
+	var out testenv.LogBuffer
 	c := startChild(t, spec, &out)
 	stateDir := filepath.Join(disk, "projector")
 	testenv.CheckFor(t, 60*time.Second, "the projector opens its state", func() bool {
@@ -86,7 +86,7 @@ func TestProjectorDiskFull(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	var out2 syncBuffer
+	var out2 testenv.LogBuffer
 	c2 := startChild(t, spec, &out2)
 	want := reference(t, kc)
 	got := waitDecisions(t, kc, want, 90*time.Second)

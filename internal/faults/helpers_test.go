@@ -100,12 +100,12 @@ func runChild(spec string) int {
 // child is a running service process.
 type child struct {
 	cmd    *exec.Cmd
-	out    *syncBuffer
+	out    *testenv.LogBuffer
 	exited chan struct{}
 	err    error
 }
 
-func startChild(t *testing.T, spec childSpec, out *syncBuffer) *child {
+func startChild(t *testing.T, spec childSpec, out *testenv.LogBuffer) *child {
 	t.Helper()
 	raw, _ := json.Marshal(spec)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -138,24 +138,6 @@ func (c *child) stop() {
 		_ = c.cmd.Process.Kill()
 		<-c.exited
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // planOptions is a short run that seals three batches: about 3,000

@@ -42,7 +42,7 @@ func TestProjectorAndSinkPauses(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var projOut, sinkOut syncBuffer
+	var projOut, sinkOut testenv.LogBuffer
 	proj := startChild(t, childSpec{Brokers: kc.Brokers, Prefix: kc.TopicPrefix, Only: []string{stack.ServiceProjector},
 		DataDir: filepath.Join(t.TempDir(), "data")}, &projOut)
 	sink := startChild(t, childSpec{Brokers: kc.Brokers, Prefix: kc.TopicPrefix, Only: []string{stack.ServicePgsink},

@@ -184,7 +184,7 @@ func TestProjectorSurvivesKill9(t *testing.T) {
 				ingestRuns(t, kc, slow("crash-a", 11), slow("crash-b", 12))
 			}()
 
-			var logs syncBuffer
+			var logs testenv.LogBuffer
 			start := func(crashAfter int) (*exec.Cmd, <-chan struct{}) {
 				cmd := exec.Command(os.Args[0], "-test.run=^$")
 				cmd.Env = append(os.Environ(), childEnv+"="+spec)
@@ -330,25 +330,6 @@ func TestTwoInstancesSplitPartitions(t *testing.T) {
 			sameDecisions(t, got, want)
 		})
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of child
-// processes' output copiers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // readyWriter passes output on and closes ready at the first write that

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,24 +20,6 @@ import (
 	"github.com/rolloutledger/rolloutledger/services/kafkalog"
 	"github.com/rolloutledger/rolloutledger/services/stack"
 )
-
-// syncBuffer collects a stack's log lines from many goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // Callers of the authenticated stack: one token per role, two limited to
 // run-a, and the ways of having no valid token.
@@ -66,7 +47,7 @@ var secrets = map[string]string{
 type authStack struct {
 	*stack.Stack
 	kc  kafkalog.Config
-	log *syncBuffer
+	log *testenv.LogBuffer
 }
 
 func startAuthStack(t *testing.T, kc kafkalog.Config, o stack.Options) *authStack {
@@ -75,7 +56,7 @@ func startAuthStack(t *testing.T, kc kafkalog.Config, o stack.Options) *authStac
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs testenv.LogBuffer
 	o.Addr, o.Kafka, o.Auth = "127.0.0.1:0", kc, a
 	o.Only = []string{stack.ServiceIngest, stack.ServiceProjector, stack.ServiceAPI}
 	o.DataDir = t.TempDir()

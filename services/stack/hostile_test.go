@@ -130,7 +130,7 @@ func TestHostileInput(t *testing.T) {
 	kc := testenv.RealKafka(t)
 	dbURL := testenv.Postgres(t)
 	schema := testenv.Schema(t, dbURL)
-	var logs syncBuffer
+	var logs testenv.LogBuffer
 	s, err := stack.Start(context.Background(), stack.Options{
 		Addr: "127.0.0.1:0", Kafka: kc, DataDir: t.TempDir(), DatabaseURL: dbURL, PostgresSchema: schema,
 		MaxBodyBytes: hostileMaxBody,
