@@ -44,7 +44,7 @@ func postgresFigures(ctx context.Context, e *env) ([]*Figure, error) {
 	for run := range e.o.Runs {
 		e.log.Info("postgres", "run", run+1, "records", records)
 		schema := e.schema()
-		took, rows, err := drainSink(ctx, kc, e.o.DatabaseURL, schema)
+		took, rows, err := DrainSink(ctx, kc, e.o.DatabaseURL, schema)
 		if err != nil {
 			return nil, err
 		}
@@ -53,7 +53,7 @@ func postgresFigures(ctx context.Context, e *env) ([]*Figure, error) {
 		if psql.Skipped {
 			continue
 		}
-		took, rows, err = psqlCopy(ctx, e, schema, e.schema())
+		took, rows, err = PsqlCopy(ctx, e.o.Psql, e.o.DatabaseURL, schema, e.schema())
 		if err != nil {
 			return nil, err
 		}
@@ -99,9 +99,10 @@ func seedWithDecisions(ctx context.Context, kc kafkalog.Config, sr *simRun) (int
 	return len(recs) + len(ds), nil
 }
 
-// drainSink runs a sink into a fresh schema until it stored every record
+// DrainSink runs a sink into a fresh schema until it stored every record
 // of the log, and returns how long that took and the rows it inserted.
-func drainSink(ctx context.Context, kc kafkalog.Config, url, schema string) (time.Duration, int64, error) {
+// The pgsink's Go benchmark measures with it too.
+func DrainSink(ctx context.Context, kc kafkalog.Config, url, schema string) (time.Duration, int64, error) {
 	if _, err := pgsink.Migrate(ctx, url, schema, nil); err != nil {
 		return 0, 0, err
 	}
@@ -146,10 +147,10 @@ func drainSink(ctx context.Context, kc kafkalog.Config, url, schema string) (tim
 	return time.Since(start), rows, nil
 }
 
-// psqlCopy exports every table the sink filled in from to CSV, then times
-// psql loading the same rows into the same tables of a fresh schema.
-func psqlCopy(ctx context.Context, e *env, from, to string) (time.Duration, int64, error) {
-	url := e.o.DatabaseURL
+// PsqlCopy exports every table the sink filled in from to CSV, then times
+// psql (the binary at psql) loading the same rows into the same tables of
+// a fresh schema with \copy, one table after another, parents first.
+func PsqlCopy(ctx context.Context, psql, url, from, to string) (time.Duration, int64, error) {
 	if _, err := pgsink.Migrate(ctx, url, to, nil); err != nil {
 		return 0, 0, err
 	}
@@ -187,7 +188,7 @@ func psqlCopy(ctx context.Context, e *env, from, to string) (time.Duration, int6
 		return 0, 0, err
 	}
 	start := time.Now()
-	out, err := exec.CommandContext(ctx, e.o.Psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", url, "-f", scriptFile).CombinedOutput()
+	out, err := exec.CommandContext(ctx, psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", url, "-f", scriptFile).CombinedOutput()
 	took := time.Since(start)
 	if err != nil {
 		return 0, 0, fmt.Errorf("psql: %v\n%s", err, out)

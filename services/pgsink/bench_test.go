@@ -3,18 +3,14 @@ package pgsink_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/internal/bench"
 	"github.com/rolloutledger/rolloutledger/internal/testenv"
 	"github.com/rolloutledger/rolloutledger/projections"
 	"github.com/rolloutledger/rolloutledger/services/kafkalog"
@@ -82,100 +78,27 @@ func seedLog(tb testing.TB, kc kafkalog.Config, o simulate.Options, run string) 
 }
 
 // drain runs a sink into a fresh schema until it stored every record of
-// the log, and returns how long that took and the rows it inserted.
+// the log (bench.DrainSink, as `rolloutledger bench` measures it).
 func drain(tb testing.TB, kc kafkalog.Config, url, schema string) (time.Duration, int64) {
 	tb.Helper()
-	ctx := context.Background()
-	if _, err := pgsink.Migrate(ctx, url, schema, nil); err != nil {
-		tb.Fatal(err)
-	}
-	ends, err := pgsink.EndOffsets(ctx, kc)
+	took, rows, err := bench.DrainSink(context.Background(), kc, url, schema)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	pending := 0
-	for _, e := range ends {
-		if e > 0 {
-			pending++
-		}
-	}
-	done := make(chan struct{})
-	var rows int64
-	sink, err := pgsink.New(pgsink.Options{Kafka: kc, DatabaseURL: url, Schema: schema, OnCommit: func(c pgsink.Commit) {
-		rows += c.Rows
-		for tp, next := range c.Next {
-			if end := ends[tp]; end > 0 && next >= end {
-				ends[tp] = 0
-				if pending--; pending == 0 {
-					close(done)
-				}
-			}
-		}
-	}})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	sctx, cancel := context.WithCancel(ctx)
-	ran := make(chan struct{})
-	start := time.Now()
-	go func() { defer close(ran); _ = sink.Run(sctx) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Minute):
-		tb.Fatal("the sink did not catch up within 5 minutes")
-	}
-	took := time.Since(start)
-	cancel()
-	<-ran
 	return took, rows
 }
 
-// psqlCopy exports every table the sink filled in from to CSV, then times
-// psql loading the same rows into the same tables of a fresh schema with
-// \copy, one table after another, parents first.
+// psqlCopy times psql's \copy of the rows the sink stored in from into
+// the same tables of to (bench.PsqlCopy).
 func psqlCopy(tb testing.TB, url, from, to string) (time.Duration, int64) {
 	tb.Helper()
-	ctx := context.Background()
-	if _, err := exec.LookPath("psql"); err != nil {
+	psql, err := exec.LookPath("psql")
+	if err != nil {
 		testenv.Unavailable(tb, "psql is not installed")
 	}
-	if _, err := pgsink.Migrate(ctx, url, to, nil); err != nil {
-		tb.Fatal(err)
-	}
-	conn, err := pgx.Connect(ctx, url)
+	took, rows, err := bench.PsqlCopy(context.Background(), psql, url, from, to)
 	if err != nil {
 		tb.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	dir := tb.TempDir()
-	var script strings.Builder
-	var rows int64
-	for _, table := range pgsink.TableNames() {
-		if table == "prices" {
-			continue // the analysts' table: the migrations wrote its one row
-		}
-		file := filepath.Join(dir, table+".csv")
-		f, err := os.Create(file)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		tag, err := conn.PgConn().CopyTo(ctx, f, fmt.Sprintf("COPY %s TO STDOUT WITH (FORMAT csv)", pgx.Identifier{from, table}.Sanitize()))
-		f.Close()
-		if err != nil {
-			tb.Fatal(err)
-		}
-		rows += tag.RowsAffected()
-		fmt.Fprintf(&script, "\\copy %s FROM '%s' WITH (FORMAT csv)\n", pgx.Identifier{to, table}.Sanitize(), file)
-	}
-	scriptFile := filepath.Join(dir, "load.psql")
-	if err := os.WriteFile(scriptFile, []byte(script.String()), 0o644); err != nil {
-		tb.Fatal(err)
-	}
-	start := time.Now()
-	out, err := exec.Command("psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", url, "-f", scriptFile).CombinedOutput()
-	took := time.Since(start)
-	if err != nil {
-		tb.Fatalf("psql: %v\n%s", err, out)
 	}
 	return took, rows
 }
