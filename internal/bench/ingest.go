@@ -182,6 +182,16 @@ func ingestHTTP(ctx context.Context, e *env, p *payload, n int) (float64, error)
 		return 0, err
 	}
 	requests := n / p.perBody
+	took, err := inParallel(requests, func(i int) error { return post(p.bodies[i%len(p.bodies)]) })
+	if err != nil {
+		return 0, err
+	}
+	return float64(requests*p.perBody) / took.Seconds(), nil
+}
+
+// inParallel runs do(0) … do(n-1) on 8 workers, as 8 clients would, and
+// returns how long all of them took, or the first error.
+func inParallel(n int, do func(i int) error) (time.Duration, error) {
 	var next atomic.Int64
 	var firstErr error
 	var once sync.Once
@@ -191,10 +201,10 @@ func ingestHTTP(ctx context.Context, e *env, p *payload, n int) (float64, error)
 		wg.Go(func() {
 			for {
 				i := next.Add(1) - 1
-				if i >= int64(requests) {
+				if i >= int64(n) {
 					return
 				}
-				if err := post(p.bodies[int(i)%len(p.bodies)]); err != nil {
+				if err := do(int(i)); err != nil {
 					once.Do(func() { firstErr = err })
 					return
 				}
@@ -202,11 +212,7 @@ func ingestHTTP(ctx context.Context, e *env, p *payload, n int) (float64, error)
 		})
 	}
 	wg.Wait()
-	took := time.Since(start)
-	if firstErr != nil {
-		return 0, firstErr
-	}
-	return float64(requests*p.perBody) / took.Seconds(), nil
+	return time.Since(start), firstErr
 }
 
 // ingestWriter appends n records of p with the ingest's own writer
@@ -230,29 +236,12 @@ func ingestWriter(ctx context.Context, e *env, p *payload, n int) (float64, erro
 		return 0, err
 	}
 	chunks := max(1, n/64)
-	var next atomic.Int64
-	var firstErr error
-	var once sync.Once
-	var wg sync.WaitGroup
-	start := time.Now()
-	for range 8 {
-		wg.Go(func() {
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(chunks) {
-					return
-				}
-				if _, err := w.Append(ctx, chunk(int(i))); err != nil {
-					once.Do(func() { firstErr = err })
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	took := time.Since(start)
-	if firstErr != nil {
-		return 0, firstErr
+	took, err := inParallel(chunks, func(i int) error {
+		_, err := w.Append(ctx, chunk(i))
+		return err
+	})
+	if err != nil {
+		return 0, err
 	}
 	return float64(chunks*64) / took.Seconds(), nil
 }
