@@ -19,14 +19,13 @@ import (
 	"github.com/grafana/grafana-foundation-sdk/go/cog/plugins"
 	grafana "github.com/grafana/grafana-foundation-sdk/go/dashboard"
 	"github.com/jackc/pgx/v5"
-	"github.com/segmentio/kafka-go"
 	"gopkg.in/yaml.v3"
 
+	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
 	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/internal/testenv"
-	"github.com/rolloutledger/rolloutledger/services/kafkalog"
 	"github.com/rolloutledger/rolloutledger/services/pgsink"
-	"github.com/rolloutledger/rolloutledger/services/simulate"
 	"github.com/rolloutledger/rolloutledger/services/stack"
 )
 
@@ -387,7 +386,7 @@ func postConflict(t *testing.T, kc kafkalog.Config, base, run string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	errFound := fmt.Errorf("found")
-	err := kafkalog.ReadAll(ctx, kc, kc.FactsTopic(), func(m kafka.Message) error {
+	err := kafkalog.ReadAll(ctx, kc, kc.FactsTopic(), func(m kafkalog.Message) error {
 		ev, err := events.Decode(m.Value)
 		if err != nil {
 			return err

@@ -1,11 +1,14 @@
 package events_test
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
 	"github.com/rolloutledger/rolloutledger/events"
-	"github.com/rolloutledger/rolloutledger/services/simulate"
 )
 
 var (
@@ -110,4 +113,80 @@ func BenchmarkDecodeBatch(b *testing.B) {
 		i++
 	}
 	b.ReportMetric(float64(i*64)/b.Elapsed().Seconds(), "facts/s")
+}
+
+// tokenTurn is the record, at version v, of a turn with 2,048 completion
+// tokens and 512 observation tokens: ids drawn from a 151,936-token
+// vocabulary, log-probs from an exponential tail, as a model samples them.
+func tokenTurn(b *testing.B, v int) []byte {
+	r := rand.New(rand.NewPCG(2048, 512))
+	ids, lps, obs := make([]int32, 2048), make([]float32, 2048), make([]int32, 512)
+	for i := range ids {
+		ids[i], lps[i] = r.Int32N(151936), -float32(r.ExpFloat64()*0.7)
+	}
+	for i := range obs {
+		obs[i] = r.Int32N(151936)
+	}
+	ev := events.New("bench", "engine-1", time.Date(2026, 11, 29, 19, 10, 0, 0, time.UTC), &events.TurnGenerated{
+		Attempt: "g-17/a-3", Turn: 12, PromptTokens: 30000, CompletionTokens: 2048, CachedTokens: 28000,
+		VersionSegments: events.SingleVersion(41), ObservationTokenIDs: obs, TokenIDs: ids, Logprobs: lps,
+		Finish: events.FinishToolCall, LatencyMS: 9100,
+	})
+	ev.V = v
+	rec, err := events.Encode(ev)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return rec
+}
+
+// BenchmarkTurn2K compares the two versions of a token-carrying turn:
+// JSON number arrays (v1) and base64 of little-endian values (v2). Decode
+// is what the projector, the sink and replay do with every record; Encode
+// writes a record from values (a producer); Canonical is ingest's
+// DecodeBatch and EncodeBatch of the record, in one pass.
+//
+//	go test -run='^$' -bench=Turn2K -benchmem ./events/
+func BenchmarkTurn2K(b *testing.B) {
+	for _, v := range []int{1, 2} {
+		rec := tokenTurn(b, v)
+		ev, err := events.Decode(rec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		perToken := func(b *testing.B) {
+			b.ReportMetric(float64(len(rec)), "record-B")
+			b.ReportMetric(float64(len(rec))/(2048+512), "B/token")
+		}
+		b.Run(fmt.Sprintf("v%d/decode", v), func(b *testing.B) {
+			b.SetBytes(int64(len(rec)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := events.Decode(rec); err != nil {
+					b.Fatal(err)
+				}
+			}
+			perToken(b)
+		})
+		b.Run(fmt.Sprintf("v%d/encode", v), func(b *testing.B) {
+			b.SetBytes(int64(len(rec)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := events.Encode(ev); err != nil {
+					b.Fatal(err)
+				}
+			}
+			perToken(b)
+		})
+		b.Run(fmt.Sprintf("v%d/canonical", v), func(b *testing.B) {
+			b.SetBytes(int64(len(rec)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, _, err := events.CanonicalBatch(rec); err != nil {
+					b.Fatal(err)
+				}
+			}
+			perToken(b)
+		})
+	}
 }

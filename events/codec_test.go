@@ -2,13 +2,17 @@ package events_test
 
 import (
 	"bytes"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -88,13 +92,16 @@ const (
 	testAt  = "2026-11-29T19:10:00.123Z"
 )
 
-// record is a valid envelope around data.
-func record(typ events.Type, data obj) obj {
+// record is a valid version 1 envelope around data.
+func record(typ events.Type, data obj) obj { return recordV(typ, 1, data) }
+
+// recordV is a valid envelope of version v around data.
+func recordV(typ events.Type, v int, data obj) obj {
 	return obj{
 		{"id", q(testID)},
 		{"run", q(testRun)},
 		{"type", q(string(typ))},
-		{"v", "1"},
+		{"v", strconv.Itoa(v)},
 		{"at", q(testAt)},
 		{"source", q("engine-17")},
 		{"data", data.String()},
@@ -216,36 +223,102 @@ var (
 		{"logprob_gap", `{"1":0.065,"4":0.08}`},
 		{"grad_norm", "0.73"},
 	}
+
+	// Version 2 (docs/design.md §18): a turn whose weights changed at its
+	// third token, with binary token arrays and text; a tool call and a
+	// task with text.
+	turnV2Data = obj{
+		{"attempt", q("a-1")},
+		{"turn", "0"},
+		{"prompt_tokens", "100"},
+		{"completion_tokens", "3"},
+		{"cached_tokens", "50"},
+		{"version_segments", `[{"start":0,"policy_version":1},{"start":2,"policy_version":2}]`},
+		{"observation_token_ids", q(b64i(7, 8))},
+		{"token_ids", q(b64i(11, 12, 13))},
+		{"logprobs", q(b64f(-0.5, -0.25, 0))},
+		{"text", q("ls -la <src> && cat \"a&b\" — ✓")},
+		{"finish", q("tool_call")},
+		{"latency_ms", "900"},
+	}
+	turnV2Bare = obj{
+		{"attempt", q("a-1")},
+		{"turn", "1"},
+		{"prompt_tokens", "100"},
+		{"completion_tokens", "3"},
+		{"cached_tokens", "50"},
+		{"version_segments", `[{"start":0,"policy_version":2}]`},
+		{"finish", q("stop")},
+		{"latency_ms", "900"},
+	}
+	turnV2Cut = append(turnV2Bare.del("finish").del("latency_ms"),
+		kv{"text", q("the first 64 KiB of a longer completion")}, kv{"text_cut", "4096"},
+		kv{"finish", q("length")}, kv{"latency_ms", "61000"})
+	toolV2Data = toolData.
+			set("input", q("grep -rn TODO src/")).
+			set("output", q("src/a.go:12: // TODO\n")).
+			set("output_cut", "51978")
+	taskV2Data = taskRegisteredData.
+			set("prompt", q("Fix the failing test in tests/test_io.py.")).
+			set("prompt_cut", "120")
 )
+
+// b64i is the version 2 wire form of int32 values: base64 of their
+// little-endian bytes.
+func b64i(vs ...int32) string {
+	b := make([]byte, 4*len(vs))
+	for i, v := range vs {
+		binary.LittleEndian.PutUint32(b[4*i:], uint32(v))
+	}
+	return base64.StdEncoding.EncodeToString(b)
+}
+
+// b64f is b64i for float32 values.
+func b64f(vs ...float32) string {
+	b := make([]byte, 4*len(vs))
+	for i, v := range vs {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+	}
+	return base64.StdEncoding.EncodeToString(b)
+}
 
 type example struct {
 	name string
 	typ  events.Type
 	data obj
+	v    int // 0 means 1
 }
 
-func (e example) body() string { return record(e.typ, e.data).String() }
+func (e example) version() int { return max(e.v, 1) }
+
+func (e example) body() string { return recordV(e.typ, e.version(), e.data).String() }
 
 // examples holds a valid event of every fact type, with the optional fields
 // both present and absent. Their names are the golden files' names.
 var examples = []example{
-	{"run_started", events.TypeRunStarted, runStartedData},
-	{"run_started_minimal", events.TypeRunStarted, runStartedMinimal},
-	{"task_registered", events.TypeTaskRegistered, taskRegisteredData},
-	{"task_registered_no_gates", events.TypeTaskRegistered, taskRegisteredData.set("gates", "[]")},
-	{"group_started", events.TypeGroupStarted, groupStartedData},
-	{"attempt_started", events.TypeAttemptStarted, attemptStartedData},
-	{"attempt_started_retry", events.TypeAttemptStarted, attemptStartedData.set("attempt", q("a-9")).set("retry_of", q("a-1"))},
-	{"turn_generated", events.TypeTurnGenerated, turnData},
-	{"turn_generated_bare", events.TypeTurnGenerated, turnBare},
-	{"tool_called", events.TypeToolCalled, toolData},
-	{"context_compacted", events.TypeContextCompacted, compactedData},
-	{"attempt_finished", events.TypeAttemptFinished, finishedData},
-	{"attempt_failed", events.TypeAttemptFailed, failedData},
-	{"reward_computed", events.TypeRewardComputed, rewardData},
-	{"group_closed", events.TypeGroupClosed, closedData},
-	{"policy_published", events.TypePolicyPublished, policyData},
-	{"gradient_applied", events.TypeGradientApplied, gradientData},
+	{"run_started", events.TypeRunStarted, runStartedData, 0},
+	{"run_started_minimal", events.TypeRunStarted, runStartedMinimal, 0},
+	{"task_registered", events.TypeTaskRegistered, taskRegisteredData, 0},
+	{"task_registered_no_gates", events.TypeTaskRegistered, taskRegisteredData.set("gates", "[]"), 0},
+	{"group_started", events.TypeGroupStarted, groupStartedData, 0},
+	{"attempt_started", events.TypeAttemptStarted, attemptStartedData, 0},
+	{"attempt_started_retry", events.TypeAttemptStarted, attemptStartedData.set("attempt", q("a-9")).set("retry_of", q("a-1")), 0},
+	{"turn_generated", events.TypeTurnGenerated, turnData, 0},
+	{"turn_generated_bare", events.TypeTurnGenerated, turnBare, 0},
+	{"tool_called", events.TypeToolCalled, toolData, 0},
+	{"context_compacted", events.TypeContextCompacted, compactedData, 0},
+	{"attempt_finished", events.TypeAttemptFinished, finishedData, 0},
+	{"attempt_failed", events.TypeAttemptFailed, failedData, 0},
+	{"reward_computed", events.TypeRewardComputed, rewardData, 0},
+	{"group_closed", events.TypeGroupClosed, closedData, 0},
+	{"policy_published", events.TypePolicyPublished, policyData, 0},
+	{"gradient_applied", events.TypeGradientApplied, gradientData, 0},
+
+	{"turn_generated_v2", events.TypeTurnGenerated, turnV2Data, 2},
+	{"turn_generated_v2_cut", events.TypeTurnGenerated, turnV2Cut, 2},
+	{"turn_generated_v2_bare", events.TypeTurnGenerated, turnV2Bare, 2},
+	{"tool_called_v2", events.TypeToolCalled, toolV2Data, 2},
+	{"task_registered_v2", events.TypeTaskRegistered, taskV2Data, 2},
 }
 
 func mustDecode(t testing.TB, body string) events.Event {
@@ -289,8 +362,8 @@ func TestRoundTrip(t *testing.T) {
 	for _, ex := range examples {
 		t.Run(ex.name, func(t *testing.T) {
 			ev := mustDecode(t, ex.body())
-			if ev.Type != ex.typ || ev.V != 1 {
-				t.Errorf("got type %s v%d, want %s v1", ev.Type, ev.V, ex.typ)
+			if ev.Type != ex.typ || ev.V != ex.version() {
+				t.Errorf("got type %s v%d, want %s v%d", ev.Type, ev.V, ex.typ, ex.version())
 			}
 			if got := ev.Data.FactType(); got != ex.typ {
 				t.Errorf("got data of type %s, want %s", got, ex.typ)
@@ -334,7 +407,7 @@ func TestCanonicalForm(t *testing.T) {
 			if err := json.Indent(&indented, []byte(ex.body()), "\t", "    "); err != nil {
 				t.Fatal(err)
 			}
-			reordered := record(ex.typ, ex.data.reversed()).reversed().String()
+			reordered := recordV(ex.typ, ex.version(), ex.data.reversed()).reversed().String()
 			variants := map[string]string{
 				"indented":  "\n  " + indented.String() + "\r\n",
 				"reordered": reordered,
@@ -591,7 +664,7 @@ func TestNew(t *testing.T) {
 }
 
 func TestCatalogue(t *testing.T) {
-	// DESIGN.md §4, catalogue v1.
+	// docs/design.md §3, and §18 for the types at version 2.
 	want := []events.Type{
 		"run.started", "task.registered", "group.started", "attempt.started",
 		"turn.generated", "tool.called", "context.compacted", "attempt.finished",
@@ -602,9 +675,14 @@ func TestCatalogue(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("got FactTypes() = %v, want %v", got, want)
 	}
+	v2 := []events.Type{"task.registered", "turn.generated", "tool.called"}
 	for _, typ := range got {
-		if v := events.CurrentVersion(typ); v != 1 {
-			t.Errorf("got CurrentVersion(%s) = %d, want 1", typ, v)
+		want := 1
+		if slices.Contains(v2, typ) {
+			want = 2
+		}
+		if v := events.CurrentVersion(typ); v != want {
+			t.Errorf("got CurrentVersion(%s) = %d, want %d", typ, v, want)
 		}
 	}
 	// Decisions and strangers are not facts.

@@ -2,10 +2,10 @@ package events
 
 import (
 	"errors"
-	"fmt"
+	"reflect"
 )
 
-// Advantage estimators (DESIGN.md §5, rule 5).
+// Advantage estimators (docs/design.md §6.5, rule 5).
 const (
 	AdvantageGRPO    = "grpo"     // r − mean
 	AdvantageGRPOStd = "grpo_std" // (r − mean)/(std + 1e-6)
@@ -97,94 +97,51 @@ func (rc RunConfig) Resolve() Config {
 	return c
 }
 
+// configRules are the rules of a run's configuration, on its effective
+// values: an absent field is checked as its default. Rule 4 (every passed
+// attempt must out-earn every failed one) is the bound of
+// partial_credit_cap: the largest partial credit stays below the smallest
+// shaped full solve.
+var configRules = []rule{
+	{Field: "pass_band", Length: num(2), Message: "want [low, high], got {$len} numbers"},
+	{Field: "group_size", Minimum: num(1), Message: "must be at least 1, got {group_size}"},
+	{Field: "batch_groups", Minimum: num(1), Message: "must be at least 1, got {batch_groups}"},
+	{Field: "min_group", Minimum: num(1), Maximum: ref("group_size"), Message: "must be between 1 and group_size {group_size}, got {min_group}"},
+	{Field: "max_staleness", Minimum: num(0), Message: "must be at least 0, got {max_staleness}"},
+	{Field: "pass_band", Interval: &[2]float64{0, 1}, Message: "want 0 <= low <= high <= 1, got {pass_band}"},
+	{Field: "min_probes", Minimum: num(1), Message: "must be at least 1, got {min_probes}"},
+	{Field: "efficiency_weight", Minimum: num(0), ExclusiveMaximum: num(2), Message: "must be in [0, 2), got {efficiency_weight}"},
+	{
+		Field: "partial_credit_cap", Minimum: num(0), ExclusiveMaximum: linear("efficiency_weight", -0.5, 1),
+		Message: "must be in [0, 1 − efficiency_weight/2) = [0, {$exclusiveMaximum}), got {partial_credit_cap}",
+	},
+	{Field: "advantage", Enum: []string{AdvantageGRPO, AdvantageGRPOStd, AdvantageRLOO}, Message: "must be grpo, grpo_std or rloo, got {advantage}"},
+}
+
+// A run's configuration reports all of its problems at once; the fields
+// it leaves out are checked as their defaults.
+func (*RunConfig) ruleSet() ruleSet {
+	return ruleSet{rules: configRules, all: true, defaults: DefaultConfig()}
+}
+
+func (*Config) ruleSet() ruleSet { return ruleSet{rules: configRules, all: true} }
+
 // Validate reports every problem of the run's configuration at once, each
 // naming its field, joined with errors.Join.
 func (rc RunConfig) Validate() error {
-	var errs []error
-	if rc.PassBand != nil && len(rc.PassBand) != 2 {
-		errs = append(errs, fieldErr("data.config.pass_band", ErrInvalidValue, "want [low, high], got %d numbers", len(rc.PassBand)))
-	}
-	return errors.Join(append(errs, rc.Resolve().Validate())...)
+	return validateAll(reflect.ValueOf(rc))
 }
 
 // Validate reports every problem of an effective configuration at once.
 func (c Config) Validate() error {
-	var errs []error
-	bad := func(field, format string, args ...any) {
-		errs = append(errs, fieldErr("data.config."+field, ErrInvalidValue, format, args...))
-	}
-	if c.GroupSize < 1 {
-		bad("group_size", "must be at least 1, got %d", c.GroupSize)
-	}
-	if c.BatchGroups < 1 {
-		bad("batch_groups", "must be at least 1, got %d", c.BatchGroups)
-	}
-	if c.MinGroup < 1 || c.MinGroup > c.GroupSize {
-		bad("min_group", "must be between 1 and group_size %d, got %d", c.GroupSize, c.MinGroup)
-	}
-	if c.MaxStaleness < 0 {
-		bad("max_staleness", "must be at least 0, got %d", c.MaxStaleness)
-	}
-	if lo, hi := c.PassBand[0], c.PassBand[1]; lo < 0 || hi > 1 || lo > hi {
-		bad("pass_band", "want 0 <= low <= high <= 1, got [%g, %g]", lo, hi)
-	}
-	if c.MinProbes < 1 {
-		bad("min_probes", "must be at least 1, got %d", c.MinProbes)
-	}
-	if c.EfficiencyWeight < 0 || c.EfficiencyWeight >= 2 {
-		bad("efficiency_weight", "must be in [0, 2), got %g", c.EfficiencyWeight)
-	}
-	// Rule 4: every passed attempt must out-earn every failed one, so the
-	// largest partial credit stays below the smallest shaped full solve.
-	if limit := 1 - c.EfficiencyWeight/2; c.PartialCreditCap < 0 || c.PartialCreditCap >= limit {
-		bad("partial_credit_cap", "must be in [0, 1 − efficiency_weight/2) = [0, %g), got %g", limit, c.PartialCreditCap)
-	}
-	switch c.Advantage {
-	case AdvantageGRPO, AdvantageGRPOStd, AdvantageRLOO:
-	default:
-		bad("advantage", "must be grpo, grpo_std or rloo, got %q", c.Advantage)
-	}
-	return errors.Join(errs...)
+	return validateAll(reflect.ValueOf(c))
 }
 
-func (rs *RunStarted) validate() *FieldError {
-	if err := rs.Config.Validate(); err != nil {
-		// Report the first problem as the field error, all of them in words.
-		var first *FieldError
-		if fe, ok := AsFieldError(err); ok {
-			first = fe
-		} else {
-			first = fieldErr("data.config", ErrInvalidValue, "")
-		}
-		return &FieldError{Field: first.Field, Err: ErrInvalidValue, Detail: fmt.Sprint(joinDetails(err))}
+func validateAll(rv reflect.Value) error {
+	errs := specOf(rv.Type()).rules.check(rv, "data.config", true)
+	out := make([]error, len(errs))
+	for i, fe := range errs {
+		out[i] = fe
 	}
-	return nil
-}
-
-// joinDetails flattens an errors.Join of field errors into one sentence.
-func joinDetails(err error) string {
-	var parts []string
-	var walk func(error)
-	walk = func(e error) {
-		if j, ok := e.(interface{ Unwrap() []error }); ok {
-			for _, inner := range j.Unwrap() {
-				walk(inner)
-			}
-			return
-		}
-		if fe, ok := e.(*FieldError); ok {
-			parts = append(parts, fe.Field+": "+fe.Detail)
-			return
-		}
-		parts = append(parts, e.Error())
-	}
-	walk(err)
-	out := ""
-	for i, p := range parts {
-		if i > 0 {
-			out += "; "
-		}
-		out += p
-	}
-	return out
+	return errors.Join(out...)
 }

@@ -1,6 +1,7 @@
 package events_test
 
 import (
+	"encoding/base64"
 	"errors"
 	"math"
 	"strconv"
@@ -50,6 +51,10 @@ func verdict(body []byte) error {
 }
 
 func turn(data obj) string     { return record(events.TypeTurnGenerated, data).String() }
+func turn2(data obj) string    { return recordV(events.TypeTurnGenerated, 2, data).String() }
+func tool2(data obj) string    { return recordV(events.TypeToolCalled, 2, data).String() }
+func task2(data obj) string    { return recordV(events.TypeTaskRegistered, 2, data).String() }
+func segments(s string) obj    { return turnV2Data.set("version_segments", s) }
 func failed(data obj) string   { return record(events.TypeAttemptFailed, data).String() }
 func gradient(data obj) string { return record(events.TypeGradientApplied, data).String() }
 func runConfig(config string) string {
@@ -90,7 +95,7 @@ func largeTurn(n int) string {
 func badInputs() []badInput {
 	valid := failed(failedData)
 	long := func(n int) string { return strings.Repeat("a", n) }
-	return []badInput{
+	return append([]badInput{
 		// Not JSON, or no events.
 		{name: "malformed/syntax", body: `{"id":"` + testID + `",`, err: events.ErrMalformed},
 		{name: "malformed/trailing garbage", body: valid + "}", err: events.ErrMalformed},
@@ -153,7 +158,10 @@ func badInputs() []badInput {
 		{name: "wrong_type/int32 overflow", body: turn(turnData.set("token_ids", "[11,2147483648,13]")), err: events.ErrWrongType, field: "data.token_ids", detail: []string{"2147483648"}},
 		{name: "wrong_type/string in array", body: turn(turnData.set("token_ids", `[11,"12",13]`)), err: events.ErrWrongType, field: "data.token_ids", detail: []string{"holding a string"}},
 		{name: "wrong_type/int64 overflow", body: turn(turnData.set("latency_ms", "9223372036854775808")), err: events.ErrWrongType, field: "data.latency_ms"},
-		{name: "wrong_type/float overflow", body: gradient(gradientData.set("loss", "1e999")), err: events.ErrWrongType, field: "data.loss"},
+		{name: "wrong_type/float overflow", body: gradient(gradientData.set("loss", "1e999")), err: events.ErrWrongType, field: "data.loss", detail: []string{"1e999", "out of range"}},
+		{name: "wrong_type/float32 overflow in logprobs", body: turn(turnData.set("logprobs", "[-0.5,-1e400,0]")), err: events.ErrWrongType, field: "data.logprobs", detail: []string{"-1e400", "element 1", "out of range"}},
+		{name: "wrong_type/float32 overflow, positive", body: turn(turnData.set("logprobs", "[1e39,-0.25,0]")), err: events.ErrWrongType, field: "data.logprobs", detail: []string{"1e39", "element 0", "out of range"}},
+		{name: "wrong_type/float overflow in a map", body: gradient(gradientData.set("logprob_gap", `{"1":0.065,"4":1e999}`)), err: events.ErrWrongType, field: "data.logprob_gap", detail: []string{"1e999", "out of range"}},
 		{name: "wrong_type/string for bool", body: record(events.TypeRewardComputed, rewardData.set("passed", `"true"`)).String(), err: events.ErrWrongType, field: "data.passed"},
 		{name: "wrong_type/string for version", body: envelopeWith("v", `"1"`), err: events.ErrWrongType, field: "v"},
 		{name: "wrong_type/number for id", body: envelopeWith("id", "7"), err: events.ErrWrongType, field: "id"},
@@ -256,7 +264,7 @@ func badInputs() []badInput {
 		{name: "too_large/canonical over MaxRecordBytes", body: array(valid, valid, largeTurn(70000)), err: events.ErrTooLarge, index: 2, large: true},
 		{name: "too_large/raw record", body: array(valid, strings.Replace(valid, "{", "{"+strings.Repeat(" ", 2*events.MaxRecordBytes), 1)), err: events.ErrTooLarge, index: 1, large: true},
 
-		// Run configuration (DESIGN.md §5).
+		// Run configuration (docs/design.md §4).
 		{
 			name: "config/many problems", body: runConfig(`{"group_size":0,"batch_groups":0,"pass_band":[0.9,0.1],"min_probes":0,"partial_credit_cap":0.99}`),
 			err: events.ErrInvalidValue, field: "data.config.group_size",
@@ -289,7 +297,96 @@ func badInputs() []badInput {
 		{name: "duplicate_field/config", body: runConfig(`{"group_size":8,"group_size":4}`), err: events.ErrDuplicateField, field: "data.config.group_size"},
 		{name: "duplicate_field/map key", body: gradient(gradientData.set("logprob_gap", `{"1":0.065,"1":null}`)), err: events.ErrDuplicateField, field: "data.logprob_gap.1"},
 		{name: "duplicate_field/in the 2nd event", body: array(valid, failed(append(failedData, kv{"attempt", q("a-1")}))), err: events.ErrDuplicateField, index: 1, field: "data.attempt"},
+	}, badV2Inputs()...)
+}
+
+// badV2Inputs are the refusals of catalogue version 2 (docs/design.md §18).
+func badV2Inputs() []badInput {
+	valid := failed(failedData)
+	nan, inf := float32(math.NaN()), float32(math.Inf(1))
+	return []badInput{
+		// The versions of each type.
+		{name: "v2/unknown_version 3", body: recordV(events.TypeTurnGenerated, 3, turnV2Data).String(), err: events.ErrUnknownVersion, field: "v"},
+		{name: "v2/v1 field policy_version", body: turn2(turnV2Data.set("policy_version", "1")), err: events.ErrUnknownField, field: "data.policy_version"},
+		{name: "v2/v1 has no version_segments", body: turn(turnData.set("version_segments", `[{"start":0,"policy_version":1}]`)), err: events.ErrUnknownField, field: "data.version_segments"},
+		{name: "v2/v1 has no text", body: turn(turnData.set("text", q("hi"))), err: events.ErrUnknownField, field: "data.text"},
+		{name: "v2/v1 token_ids in base64", body: turn(turnData.set("token_ids", q(b64i(11, 12, 13)))), err: events.ErrWrongType, field: "data.token_ids"},
+		{name: "v2/v1 tool has no input", body: record(events.TypeToolCalled, toolData.set("input", q("ls"))).String(), err: events.ErrUnknownField, field: "data.input"},
+		{name: "v2/v1 task has no prompt", body: record(events.TypeTaskRegistered, taskRegisteredData.set("prompt", q("p"))).String(), err: events.ErrUnknownField, field: "data.prompt"},
+
+		// Version segments.
+		{name: "v2/segments missing", body: turn2(turnV2Data.del("version_segments")), err: events.ErrMissingField, field: "data.version_segments"},
+		{name: "v2/segments empty", body: turn2(segments(`[]`)), err: events.ErrInvalidValue, field: "data.version_segments", detail: []string{"no version segments"}},
+		{name: "v2/segments not an array", body: turn2(segments(`{"start":0,"policy_version":1}`)), err: events.ErrWrongType, field: "data.version_segments"},
+		{name: "v2/segment null", body: turn2(segments(`[null]`)), err: events.ErrWrongType, field: "data.version_segments[0]"},
+		{name: "v2/segment a number", body: turn2(segments(`[0]`)), err: events.ErrWrongType, field: "data.version_segments[0]"},
+		{name: "v2/segment without start", body: turn2(segments(`[{"start":0,"policy_version":1},{"policy_version":2}]`)), err: events.ErrMissingField, field: "data.version_segments[1].start"},
+		{name: "v2/segment unknown member", body: turn2(segments(`[{"start":0,"policy_version":1,"tokens":2}]`)), err: events.ErrUnknownField, field: "data.version_segments[0].tokens"},
+		{name: "v2/segment member twice", body: turn2(segments(`[{"start":0,"start":0,"policy_version":1}]`)), err: events.ErrDuplicateField, field: "data.version_segments[0].start"},
+		{name: "v2/segment negative start", body: turn2(segments(`[{"start":0,"policy_version":1},{"start":-1,"policy_version":2}]`)), err: events.ErrInvalidValue, field: "data.version_segments[1].start"},
+		{name: "v2/segment negative version", body: turn2(segments(`[{"start":0,"policy_version":-1}]`)), err: events.ErrInvalidValue, field: "data.version_segments[0].policy_version"},
+		{name: "v2/segment fractional start", body: turn2(segments(`[{"start":0.5,"policy_version":1}]`)), err: events.ErrWrongType, field: "data.version_segments[0].start"},
+		{name: "v2/first segment not at 0", body: turn2(segments(`[{"start":1,"policy_version":1},{"start":2,"policy_version":2}]`)), err: events.ErrInvalidValue, field: "data.version_segments[0].start", detail: []string{"not 0"}},
+		{name: "v2/segments out of order", body: turn2(segments(`[{"start":0,"policy_version":1},{"start":2,"policy_version":2},{"start":1,"policy_version":3}]`)), err: events.ErrInvalidValue, field: "data.version_segments[2].start"},
+		{name: "v2/segments at one token", body: turn2(segments(`[{"start":0,"policy_version":1},{"start":0,"policy_version":2}]`)), err: events.ErrInvalidValue, field: "data.version_segments[1].start"},
+		{name: "v2/segment past the completion", body: turn2(segments(`[{"start":0,"policy_version":1},{"start":3,"policy_version":2}]`)), err: events.ErrInvalidValue, field: "data.version_segments[1].start", detail: []string{"3 completion tokens"}},
+		{name: "v2/two segments of no tokens", body: turn2(turnV2Bare.set("completion_tokens", "0").set("version_segments", `[{"start":0,"policy_version":1},{"start":1,"policy_version":2}]`)), err: events.ErrInvalidValue, field: "data.version_segments[1].start"},
+		{name: "v2/versions going back", body: turn2(segments(`[{"start":0,"policy_version":2},{"start":2,"policy_version":1}]`)), err: events.ErrInvalidValue, field: "data.version_segments[1].policy_version"},
+		{name: "v2/one version in two segments", body: turn2(segments(`[{"start":0,"policy_version":1},{"start":2,"policy_version":1}]`)), err: events.ErrInvalidValue, field: "data.version_segments[1].policy_version"},
+
+		// Binary token arrays.
+		{name: "v2/token_ids as an array", body: turn2(turnV2Data.set("token_ids", "[11,12,13]")), err: events.ErrWrongType, field: "data.token_ids", detail: []string{"base64"}},
+		{name: "v2/token_ids a number", body: turn2(turnV2Data.set("token_ids", "11")), err: events.ErrWrongType, field: "data.token_ids"},
+		{name: "v2/token_ids null", body: turn2(turnV2Data.set("token_ids", "null")), err: events.ErrWrongType, field: "data.token_ids"},
+		{name: "v2/not base64", body: turn2(turnV2Data.set("token_ids", q("CwAAAAwA!AAADQAAAA=="))), err: events.ErrInvalidValue, field: "data.token_ids", detail: []string{"not base64"}},
+		{name: "v2/base64url alphabet", body: turn2(turnV2Data.set("token_ids", q("CwAA-AwAAAAN_AAA"))), err: events.ErrInvalidValue, field: "data.token_ids", detail: []string{"not base64"}},
+		{name: "v2/base64 without padding", body: turn2(turnV2Data.set("observation_token_ids", q(strings.TrimRight(b64i(7, 8), "=")))), err: events.ErrInvalidValue, field: "data.observation_token_ids", detail: []string{"not base64"}},
+		{name: "v2/base64 padding inside", body: turn2(turnV2Data.set("observation_token_ids", q("BwAAAA==CAAAAA=="))), err: events.ErrInvalidValue, field: "data.observation_token_ids", detail: []string{"not base64"}},
+		{name: "v2/base64 non-zero padding bits", body: turn2(turnV2Data.set("observation_token_ids", q("BwAAAAgAAAB="))), err: events.ErrInvalidValue, field: "data.observation_token_ids", detail: []string{"not canonical"}},
+		{name: "v2/base64 line break", body: turn2(turnV2Data.set("token_ids", `"CwAAAAwA\nAAANAAAA"`)), err: events.ErrInvalidValue, field: "data.token_ids", detail: []string{"not base64"}},
+		{name: "v2/base64 space", body: turn2(turnV2Data.set("token_ids", q("CwAAAAwA AAANAAAA"))), err: events.ErrInvalidValue, field: "data.token_ids", detail: []string{"not base64"}},
+		{name: "v2/not whole int32 values", body: turn2(turnV2Data.set("token_ids", q(base64.StdEncoding.EncodeToString(make([]byte, 13))))), err: events.ErrInvalidValue, field: "data.token_ids", detail: []string{"13 bytes is not a whole number of int32 values"}},
+		{name: "v2/not whole float32 values", body: turn2(turnV2Data.set("logprobs", q(base64.StdEncoding.EncodeToString(make([]byte, 6))))), err: events.ErrInvalidValue, field: "data.logprobs", detail: []string{"6 bytes is not a whole number of float32 values"}},
+		{name: "v2/negative token id", body: turn2(turnV2Data.set("token_ids", q(b64i(11, -12, 13)))), err: events.ErrInvalidValue, field: "data.token_ids[1]", detail: []string{"negative"}},
+		{name: "v2/negative observation id", body: turn2(turnV2Data.set("observation_token_ids", q(b64i(7, 8, -2147483648)))), err: events.ErrInvalidValue, field: "data.observation_token_ids[2]"},
+		{name: "v2/logprob NaN", body: turn2(turnV2Data.set("logprobs", q(b64f(-0.5, nan, 0)))), err: events.ErrInvalidValue, field: "data.logprobs[1]", detail: []string{"NaN"}},
+		{name: "v2/logprob +Inf", body: turn2(turnV2Data.set("logprobs", q(b64f(-0.5, -0.25, inf)))), err: events.ErrInvalidValue, field: "data.logprobs[2]", detail: []string{"+Inf"}},
+		{name: "v2/logprob -Inf", body: turn2(turnV2Data.set("logprobs", q(b64f(-inf, -0.25, 0)))), err: events.ErrInvalidValue, field: "data.logprobs[0]", detail: []string{"-Inf"}},
+		{name: "v2/logprob above 0", body: turn2(turnV2Data.set("logprobs", q(b64f(-0.5, 0.5, 0)))), err: events.ErrInvalidValue, field: "data.logprobs[1]", detail: []string{"at most 0, got 0.5"}},
+		{name: "v2/token_ids length", body: turn2(turnV2Data.set("token_ids", q(b64i(11, 12, 13, 14)))), err: events.ErrInvalidValue, field: "data.token_ids", detail: []string{"4 token ids for 3 completion tokens"}},
+		{name: "v2/logprobs length", body: turn2(turnV2Data.set("logprobs", q(b64f(-0.5, -0.25)))), err: events.ErrInvalidValue, field: "data.logprobs", detail: []string{"2 logprobs for 3 completion tokens"}},
+		{name: "v2/token_ids without logprobs", body: turn2(turnV2Data.del("logprobs")), err: events.ErrMissingField, field: "data.logprobs"},
+		{name: "v2/logprobs with empty token_ids", body: turn2(turnV2Data.set("token_ids", q(""))), err: events.ErrMissingField, field: "data.token_ids"},
+		{name: "v2/segments before arrays", body: turn2(segments(`[]`).set("token_ids", q(b64i(1)))), err: events.ErrInvalidValue, field: "data.version_segments"},
+
+		// Text.
+		{name: "v2/text_cut without text", body: turn2(turnV2Bare.set("text_cut", "10")), err: events.ErrMissingField, field: "data.text", detail: []string{"text_cut 10"}},
+		{name: "v2/text_cut with empty text", body: turn2(turnV2Bare.set("text", q("")).set("text_cut", "10")), err: events.ErrMissingField, field: "data.text"},
+		{name: "v2/text_cut negative", body: turn2(turnV2Data.set("text_cut", "-1")), err: events.ErrInvalidValue, field: "data.text_cut"},
+		{name: "v2/text a number", body: turn2(turnV2Data.set("text", "12")), err: events.ErrWrongType, field: "data.text"},
+		{name: "v2/text with NUL", body: turn2(turnV2Data.set("text", `"a\u0000b"`)), err: events.ErrInvalidValue, field: "data.text"},
+		{name: "v2/text over MaxTextBytes", body: turn2(turnV2Data.set("text", q(strings.Repeat("é", events.MaxTextBytes/2+1)))), err: events.ErrInvalidValue, field: "data.text", detail: []string{"bytes, more than"}},
+		{name: "v2/tool input_cut without input", body: tool2(toolData.set("input_cut", "5")), err: events.ErrMissingField, field: "data.input"},
+		{name: "v2/tool output_cut without output", body: tool2(toolData.set("output_cut", "5")), err: events.ErrMissingField, field: "data.output"},
+		{name: "v2/tool output_cut over output_bytes", body: tool2(toolData.set("output", q("x")).set("output_cut", "52001")), err: events.ErrInvalidValue, field: "data.output_cut", detail: []string{"52001 bytes cut from an output of 52000 bytes"}},
+		{name: "v2/tool output with NUL", body: tool2(toolData.set("output", `"\u0000"`)), err: events.ErrInvalidValue, field: "data.output"},
+		{name: "v2/task prompt_cut without prompt", body: task2(taskRegisteredData.set("prompt_cut", "7")), err: events.ErrMissingField, field: "data.prompt"},
+		{name: "v2/task prompt wrong type", body: task2(taskRegisteredData.set("prompt", "[]")), err: events.ErrWrongType, field: "data.prompt"},
+
+		// Position and size.
+		{name: "v2/index of the 2nd event", body: array(valid, turn2(turnV2Data.set("token_ids", q("@")))), err: events.ErrInvalidValue, index: 1, field: "data.token_ids"},
+		{name: "v2/too_large canonical", body: array(valid, largeTurnV2(300000)), err: events.ErrTooLarge, index: 1, large: true},
 	}
+}
+
+// largeTurnV2 is a version 2 turn.generated with n token ids and
+// logprobs.
+func largeTurnV2(n int) string {
+	ids, lps := make([]int32, n), make([]float32, n)
+	for i := range n {
+		ids[i], lps[i] = int32(100000+i%50000), -0.123456
+	}
+	return turn2(turnV2Bare.set("completion_tokens", strconv.Itoa(n)).set("token_ids", q(b64i(ids...))).set("logprobs", q(b64f(lps...))))
 }
 
 // nested is n levels of open around a 1, closed by close.

@@ -16,7 +16,9 @@
 // describe: unknown types and versions, unknown, missing or repeated fields
 // (a key given twice in one object, which JSON parsers resolve differently),
 // JSON values of the wrong type, null, ids that do not match their pattern,
-// token arrays whose lengths disagree with completion_tokens, invalid UTF-8,
+// token arrays whose lengths disagree with completion_tokens, binary fields
+// that are not strict base64 or hold values out of bounds, version segments
+// out of order or outside the completion, invalid UTF-8,
 // NUL characters, records over [MaxRecordBytes], and bodies whose arrays and
 // objects nest deeper than [MaxDepth] (refused before any parser recurses
 // into them). Every refusal is a [*FieldError] naming the event's index in
@@ -24,13 +26,42 @@
 // the sentinel errors (ErrUnknownType, ...) so callers can branch with
 // errors.Is; [FieldError.Code] gives the stable code used on the wire.
 //
+// # Schema
+//
+// The rules of one value are struct tags (`rl:"..."`, see facts.go); the
+// rules that span fields are data listed by each type's ruleSet method
+// (rules.go), not code. [JSONSchema] derives a JSON Schema of the whole
+// catalogue from both, so that other languages check what the decoder
+// checks: `go generate ./events/...` writes it to
+// events/schema/catalogue.schema.json and into the Python SDK, whose
+// validator is driven by it, and the tests fail while a copy is stale.
+// events/schema/README.md explains the keywords JSON Schema lacks.
+//
+// # Versions
+//
+// A fact type has one or more schema versions (docs/design.md §18); each
+// type's struct in facts.go is its newest, and every version decodes into
+// it through one step per version (versions.go): version 1 of
+// turn.generated has one policy_version, which becomes the one segment of
+// [TurnGenerated.VersionSegments]. [Event.V] keeps the record's version and
+// [Encode] writes that version's shape, so a version 1 record re-encodes to
+// its own bytes. Version 2 carries token ids and log-probs as binary:
+// standard base64 of little-endian int32 and float32 values, decoded
+// strictly straight into the slices (binary.go).
+//
 // # Canonical encoding
 //
 // [Encode] writes an event in canonical form: envelope fields in catalogue
 // order, data fields in struct order, optional fields omitted when empty, no
-// HTML escaping, `at` in UTC RFC 3339. Ingest stores the canonical bytes, so
-// two deliveries of the same fact are byte-identical however the producer
-// spaced its JSON, and the Merkle leaf of a fact depends only on its content.
+// HTML escaping, `at` in UTC RFC 3339, binary fields as base64. Ingest
+// stores the canonical bytes, so two deliveries of the same fact are
+// byte-identical however the producer spaced its JSON, and the Merkle leaf
+// of a fact depends only on its content. [CanonicalBatch] decodes a body
+// and writes its canonical records in one pass, copying each binary
+// field's base64 as received: strict decoding admits one encoding of the
+// values, so that text is already canonical. [CanonicalJSON] is the
+// encoding of any value; the projections write their decisions with it
+// too.
 //
 // # Identifiers
 //

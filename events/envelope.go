@@ -3,10 +3,13 @@ package events
 import (
 	"bytes"
 	"fmt"
-	json "github.com/segmentio/encoding/json"
 	"reflect"
+	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
+
+	json "github.com/segmentio/encoding/json"
 
 	"github.com/google/uuid"
 )
@@ -27,14 +30,16 @@ type Event struct {
 	ID string
 	// Run names the run; it is the Kafka key.
 	Run string
-	// Type and V name the catalogue entry Data belongs to.
+	// Type and V name the catalogue entry of the record: V is the schema
+	// version it was written at, and is written at (docs/design.md §18.5).
 	Type Type
 	V    int
 	// At is the producer's clock: informational, never read by projections.
 	At time.Time
 	// Source is the producer's identity (engine, worker, trainer, scheduler).
 	Source string
-	// Data is the fact itself; its dynamic type matches Type and V.
+	// Data is the fact itself, Type's struct (the newest version's shape)
+	// whatever V is.
 	Data Fact
 }
 
@@ -56,13 +61,76 @@ type envelope struct {
 	Data   json.RawMessage `json:"data"`
 }
 
+// The envelope's id, run and at are checked once the whole envelope has
+// decoded, before its type selects the data's schema.
+func (*envelope) ruleSet() ruleSet {
+	return ruleSet{rules: []rule{
+		{Field: "id", Format: "uuid"},
+		{Field: "run", Format: "run-id"},
+		{Field: "at", Format: "date-time"},
+	}}
+}
+
+// formats are the named checks of strings that rules may require.
+var formats = map[string]format{
+	"uuid": {
+		check: func(s string) string {
+			if id, err := uuid.Parse(s); err != nil || len(s) != 36 || id.Variant() != uuid.RFC4122 {
+				return fmt.Sprintf("%q is not a UUID (8-4-4-4-12 hex)", clip(s))
+			}
+			return ""
+		},
+		pattern:     uuidPattern,
+		complete:    true,
+		description: "an RFC 9562 UUID of the RFC 4122 variant, 8-4-4-4-12 hex digits of either case",
+	},
+	"run-id": {
+		check: func(s string) string {
+			if !ValidRunID(s) {
+				return fmt.Sprintf("%q is not a run id ([A-Za-z0-9._-]{1,128}, not . or ..)", clip(s))
+			}
+			return ""
+		},
+		pattern:     runIDPattern,
+		complete:    true,
+		description: "[A-Za-z0-9._-]{1,128}, neither . nor ..",
+	},
+	"date-time": {
+		check: func(s string) string {
+			at, err := time.Parse(time.RFC3339Nano, s)
+			if err != nil || !strictRFC3339(s) {
+				return fmt.Sprintf("%q is not an RFC 3339 time", clip(s))
+			}
+			// The canonical form writes `at` in UTC; an offset that moves it
+			// out of years 0000-9999 would encode to a time RFC 3339 cannot
+			// express.
+			if y := at.UTC().Year(); y < 0 || y > 9999 {
+				return fmt.Sprintf("%q is outside years 0000-9999 in UTC", clip(s))
+			}
+			return ""
+		},
+		pattern:  timePattern,
+		complete: false,
+		description: "an RFC 3339 date-time as the pattern writes it, naming a real date and time " +
+			"(month 1-12, a day the month has, hour 0-23, minute 0-59, second 0-59), " +
+			"within years 0000-9999 once converted to UTC",
+	},
+}
+
+// uuidPattern is the "uuid" format: the variant is the first hex digit of
+// the fourth group.
+const uuidPattern = `^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}$`
+
+// timePattern is the grammar strictRFC3339 accepts.
+const timePattern = `^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])$`
+
 // Decode decodes and validates one event. Errors are [*FieldError]s with
 // Index 0.
 func Decode(record []byte) (Event, error) {
 	if fe := checkDepth(record); fe != nil {
 		return Event{}, fe
 	}
-	ev, fe := decodeOne(record)
+	ev, fe := decodeOne(record, nil)
 	if fe != nil {
 		return Event{}, fe
 	}
@@ -73,45 +141,83 @@ func Decode(record []byte) (Event, error) {
 // or an array of them. It stops at the first invalid event: the returned
 // error is a [*FieldError] whose Index names it, and no events are returned.
 func DecodeBatch(body []byte) ([]Event, error) {
+	evs, _, err := decodeBatch(body, false)
+	return evs, err
+}
+
+// CanonicalBatch is DecodeBatch followed by EncodeBatch, in one pass: the
+// events of body and their canonical records. It is what ingest stores.
+// The text of a version 2 binary field goes into the record as it was
+// received, without being encoded again: strict decoding refuses every
+// encoding of the values but the one canonical form, so the text a
+// producer sent is that form (docs/design.md §18.2).
+func CanonicalBatch(body []byte) ([]Event, [][]byte, error) {
+	evs, states, err := decodeBatch(body, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make([][]byte, len(evs))
+	for i, ev := range evs {
+		b, err := encode(ev, states[i].binary)
+		if err != nil {
+			return nil, nil, batchError(i, err)
+		}
+		out[i] = b
+	}
+	return evs, out, nil
+}
+
+// decodeBatch is DecodeBatch; with keep, it also returns each event's
+// decodeState.
+func decodeBatch(body []byte, keep bool) ([]Event, []decodeState, error) {
+	var states []decodeState
 	body = bytes.TrimSpace(body)
 	if len(body) == 0 {
-		return nil, &FieldError{Err: ErrEmpty, Detail: "the body is empty"}
+		return nil, nil, &FieldError{Err: ErrEmpty, Detail: "the body is empty"}
 	}
 	// Before any parser sees the body: nesting is what parsers recurse on.
 	if fe := checkDepth(body); fe != nil {
-		return nil, fe
+		return nil, nil, fe
 	}
+	var st decodeState
 	// Invalid UTF-8 is left to decodeOne, which runs per event and so names
 	// the event that holds it.
 	if body[0] != '[' {
-		ev, fe := decodeOne(body)
+		ev, fe := decodeOne(body, &st)
 		if fe != nil {
-			return nil, fe
+			return nil, nil, fe
 		}
-		return []Event{ev}, nil
+		return []Event{ev}, []decodeState{st}, nil
 	}
 	// One validation of the whole body; the events then need no second.
 	if !json.Valid(body) {
 		var items []json.RawMessage
-		return nil, &FieldError{Err: ErrMalformed, Detail: syntaxDetail(json.Unmarshal(body, &items))}
+		return nil, nil, &FieldError{Err: ErrMalformed, Detail: syntaxDetail(json.Unmarshal(body, &items))}
 	}
 	items, _ := scanArray(body)
 	if len(items) == 0 {
-		return nil, &FieldError{Err: ErrEmpty, Detail: "the array holds no events"}
+		return nil, nil, &FieldError{Err: ErrEmpty, Detail: "the array holds no events"}
 	}
 	out := make([]Event, len(items))
+	if keep {
+		states = make([]decodeState, len(items))
+	}
 	for i, item := range items {
-		ev, fe := decodeValidJSON(item)
+		st = decodeState{}
+		ev, fe := decodeValidJSON(item, &st)
 		if fe != nil {
 			fe.Index = i
-			return nil, fe
+			return nil, nil, fe
 		}
 		out[i] = ev
+		if keep {
+			states[i] = st
+		}
 	}
-	return out, nil
+	return out, states, nil
 }
 
-func decodeOne(record []byte) (Event, *FieldError) {
+func decodeOne(record []byte, st *decodeState) (Event, *FieldError) {
 	// The exact bound applies to the canonical form (EncodeBatch); a raw
 	// record twice that size cannot shrink under it, so refuse it unread.
 	if len(record) > 2*MaxRecordBytes {
@@ -121,12 +227,13 @@ func decodeOne(record []byte) (Event, *FieldError) {
 		var probe any
 		return Event{}, &FieldError{Err: ErrMalformed, Detail: syntaxDetail(json.Unmarshal(record, &probe))}
 	}
-	return decodeValidJSON(record)
+	return decodeValidJSON(record, st)
 }
 
 // decodeValidJSON is decodeOne for a record known to be valid JSON: an
-// element of a batch whose whole body was validated.
-func decodeValidJSON(record []byte) (Event, *FieldError) {
+// element of a batch whose whole body was validated. st collects the
+// text of the data's binary fields.
+func decodeValidJSON(record []byte, st *decodeState) (Event, *FieldError) {
 	if len(record) > 2*MaxRecordBytes {
 		return Event{}, &FieldError{Err: ErrTooLarge, Detail: fmt.Sprintf("%d bytes, more than %d", len(record), MaxRecordBytes)}
 	}
@@ -134,64 +241,74 @@ func decodeValidJSON(record []byte) (Event, *FieldError) {
 		return Event{}, &FieldError{Err: ErrMalformed, Detail: fmt.Sprintf("invalid UTF-8 at byte %d", invalidUTF8At(record))}
 	}
 	var env envelope
-	if fe := decodeStrict(record, &env, ""); fe != nil {
+	rv := reflect.ValueOf(&env).Elem()
+	if fe := decodeObject(record, rv, "", nil); fe != nil {
 		return Event{}, fe
 	}
-	ev := Event{Run: env.Run, Type: env.Type, V: env.V, Source: env.Source}
-	id, err := uuid.Parse(env.ID)
-	if err != nil || len(env.ID) != 36 || id.Variant() != uuid.RFC4122 {
-		return Event{}, fieldErr("id", ErrInvalidValue, "%q is not a UUID (8-4-4-4-12 hex)", clip(env.ID))
+	if fe := checkRules(rv, ""); fe != nil {
+		return Event{}, fe
 	}
-	ev.ID = id.String()
-	if !ValidRunID(env.Run) {
-		return Event{}, fieldErr("run", ErrInvalidValue, "%q is not a run id ([A-Za-z0-9._-]{1,128}, not . or ..)", clip(env.Run))
-	}
-	at, err := time.Parse(time.RFC3339Nano, env.At)
-	if err != nil || !strictRFC3339(env.At) {
-		return Event{}, fieldErr("at", ErrInvalidValue, "%q is not an RFC 3339 time", clip(env.At))
-	}
-	// The canonical form writes `at` in UTC; an offset that moves it out of
-	// years 0000-9999 would encode to a time RFC 3339 cannot express.
-	if y := at.UTC().Year(); y < 0 || y > 9999 {
-		return Event{}, fieldErr("at", ErrInvalidValue, "%q is outside years 0000-9999 in UTC", clip(env.At))
-	}
+	// The rules accepted both: the id is a UUID's 36 characters, whose
+	// canonical form is lower case, and at parses.
+	at, _ := time.Parse(time.RFC3339Nano, env.At)
+	ev := Event{ID: strings.ToLower(env.ID), Run: env.Run, Type: env.Type, V: env.V, Source: env.Source}
 	ev.At = at.UTC()
 	versions, ok := catalogue[env.Type]
 	if !ok {
 		return Event{}, fieldErr("type", ErrUnknownType, "%q is not in the catalogue", clip(string(env.Type)))
 	}
-	mk, ok := versions[env.V]
-	if !ok {
+	if env.V < 1 || env.V > len(versions) {
 		return Event{}, fieldErr("v", ErrUnknownVersion, "%s has no schema version %d", env.Type, env.V)
 	}
-	data := mk()
-	if fe := decodeStrict(env.Data, data, "data"); fe != nil {
+	wire := versions[env.V-1].newWire()
+	dv := reflect.ValueOf(wire).Elem()
+	if fe := decodeObject(env.Data, dv, "data", st); fe != nil {
 		return Event{}, fe
 	}
-	if v, ok := data.(validator); ok {
-		if fe := v.validate(); fe != nil {
-			return Event{}, fe
-		}
+	if fe := checkRules(dv, "data"); fe != nil {
+		return Event{}, fe
 	}
-	dropEmptyOptional(reflect.ValueOf(data).Elem())
-	ev.Data = data
+	dropEmptyOptional(dv)
+	ev.Data = upcast(env.Type, env.V, wire)
 	return ev, nil
 }
 
-// Encode writes ev in canonical form (see the package documentation). It
-// refuses an event whose canonical form exceeds [MaxRecordBytes].
+// Encode writes ev in canonical form (see the package documentation), in
+// the shape of its version ev.V: an event of an older version than its
+// type's newest is written as that version's wire form, or refused when
+// the version cannot hold its data (a turn of two version segments as
+// version 1, say). It refuses an event whose canonical form exceeds
+// [MaxRecordBytes].
 func Encode(ev Event) ([]byte, error) {
-	data, err := marshal(ev.Data)
+	return encode(ev, nil)
+}
+
+// encode is Encode; binary holds the received text of binary fields of
+// the event's wire form, when it was just decoded (see CanonicalBatch).
+func encode(ev Event, binary []binaryText) ([]byte, error) {
+	wire, err := downcast(ev.Type, ev.V, ev.Data)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, 512)
+	out = append(out, `{"id":`...)
+	out = appendJSONString(out, ev.ID)
+	out = append(out, `,"run":`...)
+	out = appendJSONString(out, ev.Run)
+	out = append(out, `,"type":`...)
+	out = appendJSONString(out, string(ev.Type))
+	out = append(out, `,"v":`...)
+	out = strconv.AppendInt(out, int64(ev.V), 10)
+	out = append(out, `,"at":`...)
+	out = appendJSONString(out, ev.At.UTC().Format(time.RFC3339Nano))
+	out = append(out, `,"source":`...)
+	out = appendJSONString(out, ev.Source)
+	out = append(out, `,"data":`...)
+	out, err = appendData(out, reflect.ValueOf(wire).Elem(), binary)
 	if err != nil {
 		return nil, fmt.Errorf("events: encode %s data: %w", ev.Type, err)
 	}
-	out, err := marshal(envelope{
-		ID: ev.ID, Run: ev.Run, Type: ev.Type, V: ev.V,
-		At: ev.At.UTC().Format(time.RFC3339Nano), Source: ev.Source, Data: data,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("events: encode envelope: %w", err)
-	}
+	out = append(out, '}')
 	if len(out) > MaxRecordBytes {
 		return nil, &FieldError{Err: ErrTooLarge, Detail: fmt.Sprintf("%d bytes encoded, more than %d", len(out), MaxRecordBytes)}
 	}
@@ -244,27 +361,21 @@ func EncodeBatch(evs []Event) ([][]byte, error) {
 	for i, ev := range evs {
 		b, err := Encode(ev)
 		if err != nil {
-			if fe, ok := AsFieldError(err); ok {
-				fe.Index = i
-				return nil, fe
-			}
-			return nil, &FieldError{Index: i, Err: ErrInvalidValue, Detail: err.Error()}
+			return nil, batchError(i, err)
 		}
 		out[i] = b
 	}
 	return out, nil
 }
 
-// marshal is json.Marshal without HTML escaping and without the trailing
-// newline, so text lands verbatim.
-func marshal(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
+// batchError is the error of encoding the i-th event of a batch: a
+// [*FieldError] naming it.
+func batchError(i int, err error) *FieldError {
+	if fe, ok := AsFieldError(err); ok {
+		fe.Index = i
+		return fe
 	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+	return &FieldError{Index: i, Err: ErrInvalidValue, Detail: err.Error()}
 }
 
 func syntaxDetail(err error) string {

@@ -34,6 +34,13 @@ func fuzzSeeds() [][]byte {
 		[]byte(" \n"+array(valid[1])+"\n"),
 		// Empty optional arrays, which the canonical form leaves out.
 		[]byte(turn(turnBare.set("completion_tokens", "0").set("observation_token_ids", "[]").set("token_ids", "[]").set("logprobs", "[]"))),
+		// Version 2: empty binary strings (absent), escapes inside base64
+		// (\/ is /), zero text_cut (absent), many segments.
+		[]byte(turn2(turnV2Bare.set("observation_token_ids", `""`).set("token_ids", `""`).set("logprobs", `""`).set("text_cut", "0"))),
+		[]byte(turn2(turnV2Bare.set("completion_tokens", "1").set("token_ids", `"\/\/\/\/Pw=="`).set("logprobs", q(b64f(-1))))),
+		[]byte(turn2(turnV2Data.set("completion_tokens", "9").set("token_ids", q(b64i(1, 2, 3, 4, 5, 6, 7, 8, 9))).
+			set("logprobs", q(b64f(-1, -2, -3, -4, -5, -6, -7, -8, -9))).
+			set("version_segments", `[{"start":0,"policy_version":3},{"start":1,"policy_version":4},{"start":5,"policy_version":9},{"start":8,"policy_version":10}]`))),
 	)
 	return seeds
 }
@@ -101,6 +108,7 @@ func FuzzDecode(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, record []byte) {
 		ev, err := events.Decode(record)
+		checkCanonicalBatch(t, record, err)
 		if err != nil {
 			fe := checkRefusal(t, err, 0)
 			// Decode and DecodeBatch agree on a single object.
@@ -121,12 +129,40 @@ func FuzzDecode(f *testing.F) {
 	})
 }
 
+// checkCanonicalBatch asserts that CanonicalBatch reaches the verdict of
+// DecodeBatch and EncodeBatch on body, and writes the same records: what
+// it copies from the body as received is what encoding would write.
+func checkCanonicalBatch(t *testing.T, body []byte, decodeErr error) {
+	t.Helper()
+	evs, recs, err := events.CanonicalBatch(body)
+	want, wantErr := events.DecodeBatch(body)
+	var wantRecs [][]byte
+	if wantErr == nil {
+		wantRecs, wantErr = events.EncodeBatch(want)
+	}
+	if (err == nil) != (wantErr == nil) {
+		t.Fatalf("CanonicalBatch: %v; DecodeBatch and EncodeBatch: %v", err, wantErr)
+	}
+	if err != nil {
+		fe, _ := events.AsFieldError(err)
+		wfe, _ := events.AsFieldError(wantErr)
+		if fe == nil || wfe == nil || fe.Code() != wfe.Code() || fe.Field != wfe.Field || fe.Index != wfe.Index {
+			t.Fatalf("CanonicalBatch: %v; DecodeBatch and EncodeBatch: %v", err, wantErr)
+		}
+		return
+	}
+	if !reflect.DeepEqual(evs, want) || !slices.EqualFunc(recs, wantRecs, bytes.Equal) {
+		t.Fatalf("CanonicalBatch differs from DecodeBatch and EncodeBatch of %q", body)
+	}
+}
+
 func FuzzDecodeBatch(f *testing.F) {
 	for _, s := range fuzzSeeds() {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		evs, err := events.DecodeBatch(body)
+		checkCanonicalBatch(t, body, err)
 		if err != nil {
 			// An index names an event, so it cannot pass the body's length.
 			checkRefusal(t, err, len(body))
@@ -166,8 +202,9 @@ func FuzzDecodeBatch(f *testing.F) {
 	})
 }
 
-// factSeeds are the data of every valid vector, with its type's index in
-// events.FactTypes.
+// factSeeds are the data of every valid vector, with its type and version
+// as FuzzFactData reads them from one byte: the type's index in
+// events.FactTypes, plus len(FactTypes) times the version less one.
 func factSeeds(f *testing.F) (seeds []struct {
 	typ  uint8
 	data []byte
@@ -201,16 +238,18 @@ func factSeeds(f *testing.F) (seeds []struct {
 			seeds = append(seeds, struct {
 				typ  uint8
 				data []byte
-			}{uint8(slices.Index(events.FactTypes(), ev.Type)), env.Data})
+			}{uint8(slices.Index(events.FactTypes(), ev.Type) + len(events.FactTypes())*(ev.V-1)), env.Data})
 		}
 	}
 	return seeds
 }
 
-// FuzzFactData mutates the data of each fact type under a fixed, valid
-// envelope, so that every type's rules are explored: the event either
-// decodes to a fixpoint of the canonical encoding or is refused with a
-// known code naming a field of its data.
+// FuzzFactData mutates the data of each fact type and version under a
+// fixed, valid envelope, so that every type's rules are explored: the
+// event either decodes to a fixpoint of the canonical encoding or is
+// refused with a known code naming a field of its data. The first byte
+// picks the type and the version (see factSeeds); seeds of the bytes below
+// len(FactTypes) are version 1.
 func FuzzFactData(f *testing.F) {
 	for _, s := range factSeeds(f) {
 		f.Add(s.typ, s.data)
@@ -218,7 +257,8 @@ func FuzzFactData(f *testing.F) {
 	types := events.FactTypes()
 	f.Fuzz(func(t *testing.T, typ uint8, data []byte) {
 		ft := types[int(typ)%len(types)]
-		record := fmt.Appendf(nil, `{"id":"0192f0c4-7a1e-7c3b-9d2e-4b1f8a6c0d11","run":"fuzz","type":%q,"v":1,"at":"2026-11-29T19:10:00Z","source":"fuzz","data":%s}`, ft, data)
+		v := 1 + int(typ)/len(types)%events.CurrentVersion(ft)
+		record := fmt.Appendf(nil, `{"id":"0192f0c4-7a1e-7c3b-9d2e-4b1f8a6c0d11","run":"fuzz","type":%q,"v":%d,"at":"2026-11-29T19:10:00Z","source":"fuzz","data":%s}`, ft, v, data)
 		ev, err := events.Decode(record)
 		if err != nil {
 			fe := checkRefusal(t, err, 0)
@@ -230,8 +270,8 @@ func FuzzFactData(f *testing.F) {
 			}
 			return
 		}
-		if ev.Type != ft || ev.Data.FactType() != ft {
-			t.Fatalf("decoded %s data as %s (%T)", ft, ev.Type, ev.Data)
+		if ev.Type != ft || ev.V != v || ev.Data.FactType() != ft {
+			t.Fatalf("decoded %s v%d data as %s v%d (%T)", ft, v, ev.Type, ev.V, ev.Data)
 		}
 		checkCanonical(t, ev)
 	})

@@ -3,7 +3,6 @@ package events
 import (
 	"bytes"
 	"fmt"
-	json "github.com/segmentio/encoding/json"
 	"maps"
 	"math"
 	"reflect"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"unicode/utf8"
+
+	json "github.com/segmentio/encoding/json"
 )
 
 // MaxTextBytes bounds every string field of a fact.
@@ -23,6 +24,12 @@ const MaxTextBytes = 64 << 10
 type spec struct {
 	fields []fieldSpec
 	byName map[string]int
+	// nested lists the fields holding objects (structs, arrays of structs),
+	// whose rules run before the type's own.
+	nested []int
+	rules  *compiledRules
+	// binary lists the fields carried as base64 binary (catalogue v2).
+	binary []int
 }
 
 type fieldSpec struct {
@@ -36,6 +43,10 @@ type fieldSpec struct {
 	hasMax     bool
 	max        float64
 	enum       []string
+	// format, for a binary field, is formatInt32LE or formatFloat32LE:
+	// the field travels as base64 of those values, and the other tags
+	// bound each value.
+	format string
 }
 
 var specs sync.Map // reflect.Type -> *spec
@@ -71,29 +82,54 @@ func specOf(t reflect.Type) *spec {
 				fs.hasMax, fs.max = true, m
 			case "enum":
 				fs.enum = strings.Split(val, "|")
+			case formatInt32LE, formatFloat32LE:
+				fs.format = key
 			case "":
 			default:
 				panic(fmt.Sprintf("events: unknown rl tag %q on %s.%s", key, t.Name(), f.Name))
 			}
 		}
+		if fs.format != "" {
+			want := map[string]reflect.Type{formatInt32LE: int32sType, formatFloat32LE: float32sType}[fs.format]
+			if f.Type != want || !fs.optional {
+				panic(fmt.Sprintf("events: %s.%s: a %s field is an optional %s", t.Name(), f.Name, fs.format, want))
+			}
+			s.binary = append(s.binary, len(s.fields))
+		}
+		if et := f.Type; et.Kind() == reflect.Struct && et != rawMessageType ||
+			et.Kind() == reflect.Slice && et.Elem().Kind() == reflect.Struct {
+			s.nested = append(s.nested, len(s.fields))
+		}
 		s.byName[name] = len(s.fields)
 		s.fields = append(s.fields, fs)
 	}
+	s.rules = compileRules(t, s)
 	actual, _ := specs.LoadOrStore(t, s)
 	return actual.(*spec)
 }
 
 var rawMessageType = reflect.TypeFor[json.RawMessage]()
 
-// decodeStrict fills the struct v points to from the JSON object raw,
-// refusing unknown, missing, null and mistyped fields, and checking the tag
-// rules. path prefixes field names in errors.
-func decodeStrict(raw []byte, v any, path string) *FieldError {
-	rv := reflect.ValueOf(v).Elem()
-	return decodeObject(raw, rv, path)
+// decodeState collects what decoding a fact's data learned beyond its
+// values: the text of each binary field, which strict decoding proved to
+// be the one canonical encoding of the field's values, so that the
+// canonical record copies it rather than encode the values again.
+type decodeState struct {
+	binary []binaryText
 }
 
-func decodeObject(raw []byte, rv reflect.Value, path string) *FieldError {
+// binaryText is the base64 text of the binary field at index field of the
+// data's spec, as received (unescaped).
+type binaryText struct {
+	field int
+	text  []byte
+}
+
+// decodeObject fills the struct rv from the JSON object raw, refusing
+// unknown, missing, null and mistyped fields, and checking the tag rules.
+// path prefixes field names in errors. st, when not nil, collects the
+// text of the object's own binary fields.
+func decodeObject(raw []byte, rv reflect.Value, path string, st *decodeState) *FieldError {
 	var buf [24]member
 	obj, dup, ok := scanMembers(raw, buf[:0])
 	if !ok {
@@ -110,7 +146,7 @@ func decodeObject(raw []byte, rv reflect.Value, path string) *FieldError {
 	// Each field's value, by its index in s.fields; unknown fields first,
 	// in sorted order so the error is deterministic.
 	var valsBuf [24][]byte
-	vals := valsBuf[:0]
+	var vals [][]byte
 	if n := len(s.fields); n <= len(valsBuf) {
 		vals = valsBuf[:n]
 	} else {
@@ -141,11 +177,61 @@ func decodeObject(raw []byte, rv reflect.Value, path string) *FieldError {
 		if isNull(val) {
 			return fieldErr(fpath, ErrWrongType, "null is not allowed")
 		}
+		if fs.format != "" {
+			text, fe := decodeBinary(val, rv.Field(fs.index), fs, fpath)
+			if fe != nil {
+				return fe
+			}
+			if st != nil && text != nil {
+				st.binary = append(st.binary, binaryText{field: i, text: text})
+			}
+			continue
+		}
 		if fe := decodeValue(val, rv.Field(fs.index), fs, fpath); fe != nil {
 			return fe
 		}
 	}
 	return nil
+}
+
+// decodeBinary fills the []int32 or []float32 fv from raw, a JSON string
+// of base64 (see binary.go), and returns the string's text. The empty
+// string means absent: fv stays nil and the text is nil.
+func decodeBinary(raw []byte, fv reflect.Value, fs *fieldSpec, path string) ([]byte, *FieldError) {
+	if len(raw) < 2 || raw[0] != '"' {
+		return nil, fieldErr(path, ErrWrongType, "want a base64 string of %s values, got %s", fs.format, jsonKind(raw))
+	}
+	text := raw[1 : len(raw)-1]
+	if bytes.IndexByte(text, '\\') >= 0 {
+		// Escapes spell the same characters (\/ is /); a control character
+		// (\n, which base64 decoders skip) is no base64 character.
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, fieldErr(path, ErrWrongType, "want a base64 string of %s values, got %s", fs.format, jsonKind(raw))
+		}
+		text = []byte(s)
+		if i := bytes.IndexAny(text, "\r\n"); i >= 0 {
+			return nil, fieldErr(path, ErrInvalidValue, "not base64: %q at byte %d is not in the standard alphabet (A-Z a-z 0-9 + /)", rune(text[i]), i)
+		}
+	}
+	if len(text) == 0 {
+		return nil, nil
+	}
+	switch fs.format {
+	case formatInt32LE:
+		out, fe := decodeInt32LE(text, fs, path)
+		if fe != nil {
+			return nil, fe
+		}
+		fv.Set(reflect.ValueOf(out))
+	default:
+		out, fe := decodeFloat32LE(text, fs, path)
+		if fe != nil {
+			return nil, fe
+		}
+		fv.Set(reflect.ValueOf(out))
+	}
+	return text, nil
 }
 
 func decodeValue(raw []byte, fv reflect.Value, fs *fieldSpec, path string) *FieldError {
@@ -155,7 +241,7 @@ func decodeValue(raw []byte, fv reflect.Value, fs *fieldSpec, path string) *Fiel
 		fv.SetBytes(bytes.TrimSpace(raw))
 		return nil
 	case t.Kind() == reflect.Struct:
-		return decodeObject(raw, fv, path)
+		return decodeObject(raw, fv, path, nil)
 	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct:
 		items, ok := scanArray(raw)
 		if !ok {
@@ -163,7 +249,7 @@ func decodeValue(raw []byte, fv reflect.Value, fs *fieldSpec, path string) *Fiel
 		}
 		out := reflect.MakeSlice(t, len(items), len(items))
 		for i, item := range items {
-			if fe := decodeObject(item, out.Index(i), fmt.Sprintf("%s[%d]", path, i)); fe != nil {
+			if fe := decodeObject(item, out.Index(i), fmt.Sprintf("%s[%d]", path, i), nil); fe != nil {
 				return fe
 			}
 		}
@@ -181,6 +267,9 @@ func decodeValue(raw []byte, fv reflect.Value, fs *fieldSpec, path string) *Fiel
 		return fe
 	}
 	if err := json.Unmarshal(raw, fv.Addr().Interface()); err != nil {
+		if what, ok := outOfRange(raw, t); ok {
+			return fieldErr(path, ErrWrongType, "want %s, got %s", want(t), what)
+		}
 		got := jsonKind(raw)
 		// An array or object of the right shape holds a value that does not
 		// fit (2147483648 for an int32, say): name that value.
@@ -191,6 +280,56 @@ func decodeValue(raw []byte, fv reflect.Value, fs *fieldSpec, path string) *Fiel
 		return fieldErr(path, ErrWrongType, "want %s, got %s", want(t), got)
 	}
 	return checkValue(fv, fs, path)
+}
+
+// outOfRange names the number of raw that is too large for the float type
+// t, or for the float elements of the array or object t: the JSON is
+// valid, the value does not fit, and "a string" or "the number" alone would
+// hide that. ok is false when no number of raw is out of range.
+func outOfRange(raw []byte, t reflect.Type) (string, bool) {
+	bits := func(t reflect.Type) int {
+		if k := t.Kind(); k == reflect.Float32 || k == reflect.Float64 {
+			return t.Bits()
+		}
+		return 0
+	}
+	tooLarge := func(num []byte, bits int) bool {
+		if len(num) == 0 || num[0] != '-' && (num[0] < '0' || num[0] > '9') {
+			return false
+		}
+		_, err := strconv.ParseFloat(string(num), bits)
+		ne, ok := err.(*strconv.NumError)
+		return ok && ne.Err == strconv.ErrRange
+	}
+	switch t.Kind() {
+	case reflect.Float32, reflect.Float64:
+		if num := bytes.TrimSpace(raw); tooLarge(num, t.Bits()) {
+			return fmt.Sprintf("the number %s, out of range of a %d-bit float", clip(string(num)), t.Bits()), true
+		}
+	case reflect.Slice:
+		b := bits(t.Elem())
+		if b == 0 {
+			return "", false
+		}
+		items, _ := scanArray(raw)
+		for i, item := range items {
+			if tooLarge(item, b) {
+				return fmt.Sprintf("an array whose element %d, %s, is out of range of a %d-bit float", i, clip(string(item)), b), true
+			}
+		}
+	case reflect.Map:
+		b := bits(t.Elem())
+		if b == 0 {
+			return "", false
+		}
+		members, _ := scanObject(raw, nil)
+		for _, m := range members {
+			if num := bytes.TrimSpace(m.val); tooLarge(num, b) {
+				return fmt.Sprintf("an object whose member %q, %s, is out of range of a %d-bit float", clip(m.key), clip(string(num)), b), true
+			}
+		}
+	}
+	return "", false
 }
 
 // refuseInnerNull refuses a null inside an array or object of scalars, which
@@ -367,6 +506,14 @@ func checkString(s string, fs *fieldSpec, path string) *FieldError {
 	}
 	return nil
 }
+
+// entityIDPattern is ValidEntityID as a regular expression (RE2 and
+// ECMA-262 alike), for the schema.
+const entityIDPattern = `^[A-Za-z0-9._:/-]{1,200}$`
+
+// runIDPattern is ValidRunID as a regular expression: a first character
+// other than '.', or ".x", or "..x" (any x), 1 to 128 characters in all.
+const runIDPattern = `^(?:[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}|\.[A-Za-z0-9_-][A-Za-z0-9._-]{0,126}|\.\.[A-Za-z0-9._-]{1,126})$`
 
 // ValidEntityID reports whether s may name a task, group, attempt, engine,
 // vm or source: [A-Za-z0-9._:/-]{1,200}.

@@ -329,7 +329,7 @@ CREATE TABLE batch_groups (
 CREATE INDEX batch_groups_run_task ON batch_groups (run, task);
 
 -- An attempt included in a batch, with its reward arithmetic. in_flight
--- and in_queue are the batch's staleness split (DESIGN.md §5 rule 7): last
+-- and in_queue are the batch's staleness split (docs/design.md §6.7): last
 -- minus first turn's policy version, and (batch - 1) minus the last one.
 CREATE TABLE batch_attempts (
     run               text             NOT NULL,

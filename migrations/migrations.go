@@ -1,5 +1,5 @@
 // Package migrations holds the versioned SQL of the analysts' Postgres read
-// model (DESIGN.md §7), embedded in the binary. services/pgsink applies it
+// model (docs/design.md §13), embedded in the binary. services/pgsink applies it
 // with goose, into one schema (`rolloutledger` unless told otherwise).
 //
 // # Conventions

@@ -1,6 +1,6 @@
 package projections
 
-// Admission (DESIGN.md §5 rule 6).
+// Admission (docs/design.md §6.6, rule 6).
 //
 // A probe group counts toward its task when it completes: its included
 // attempts (one rewarded attempt per filled slot) are the task's probes,

@@ -8,7 +8,7 @@ import (
 	"github.com/rolloutledger/rolloutledger/events"
 )
 
-// Audit findings about the trainer and about turn sequences (DESIGN.md §6).
+// Audit findings about the trainer and about turn sequences (docs/design.md §8.1).
 
 // gradientApplied checks the digest the trainer says it trained on against
 // the batch the fold sealed.
@@ -37,8 +37,8 @@ func (c *applyCtx) gradientApplied(d *events.GradientApplied) error {
 const maxListedTurns = 64
 
 // checkTurns reports, for an included attempt of a completed group, gaps in
-// its turn indices (which start at 0) and turns whose policy version is
-// below that of an earlier turn.
+// its turn indices (which start at 0) and turns whose first policy version
+// is below a version of an earlier turn.
 func (c *applyCtx) checkTurns(group string, m *member) error {
 	turns := m.a.turns
 	if len(turns) == 0 {
@@ -64,13 +64,16 @@ func (c *applyCtx) checkTurns(group string, m *member) error {
 			return err
 		}
 	}
+	// A turn's segments ascend (the catalogue refuses others), so a jump
+	// back is a turn starting below the highest version before it: the
+	// last segment's of an earlier turn.
 	var jumps []int64
-	high := turns[0].version
+	high := turns[0].lastVersion()
 	for _, t := range turns[1:] {
 		if t.version < high && len(jumps) < maxListedTurns {
 			jumps = append(jumps, t.turn)
 		}
-		high = max(high, t.version)
+		high = max(high, t.lastVersion())
 	}
 	if len(jumps) > 0 {
 		return c.finding(Finding{Kind: FindingVersionJump, Group: group, Attempt: m.id, Turns: jumps,

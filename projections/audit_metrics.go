@@ -12,7 +12,7 @@ import (
 	"github.com/rolloutledger/rolloutledger/events"
 )
 
-// The audit projection (DESIGN.md §6): a second pure fold, over a run's
+// The audit projection (docs/design.md §14.8): a second pure fold, over a run's
 // facts and the decisions the batch fold concluded from them, that
 // measures what the recipe asks to observe — drop rates, staleness and
 // masking, pass rate and tokens per solve per step, the trainer's log-prob

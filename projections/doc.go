@@ -1,6 +1,6 @@
 // Package projections folds one run's facts into the decisions the ledger
 // publishes: sealed training batches with their samples, task admissions,
-// and audit findings (DESIGN.md §5, §6). It does no I/O and has no clock,
+// and audit findings (docs/design.md §6–§8). It does no I/O and has no clock,
 // no randomness and no goroutines.
 //
 // # The fold
@@ -17,8 +17,9 @@
 // keep that true the package never reads a clock (not even an event's
 // `at`), never draws random numbers, never lets Go map iteration order reach
 // an output, sums floats in a fixed order (a group's attempts ordered by
-// attempt id, bytewise) and encodes JSON canonically (struct field order,
-// map keys sorted, no HTML escaping, no trailing newline). A change to what
+// attempt id, bytewise) and encodes JSON with events.CanonicalJSON (struct
+// field order, map keys sorted, no HTML escaping, no trailing newline),
+// the encoding of the facts themselves. A change to what
 // the rules conclude is a new RuleVersion, never an edit of the old one.
 //
 // # State
@@ -75,20 +76,24 @@
 // numbered per run and kind from 1 and identified by
 // events.DecisionID(run, kind, seq). Its value is an [Envelope] whose data
 // is a [Manifest], an [Admission], a [Finding] or a [Checkpoint]; a sealed
-// batch also carries its samples ([Sample] lines), which the manifest's
-// digest covers.
+// batch also carries its samples in their canonical binary form (samples.go:
+// [AppendSample], [SampleReader]), which the manifest's digest covers, and
+// which [WriteNDJSON] renders for people.
 //
 // [NewFoldWith] folds a run under an adjusted configuration (what-if
 // replays); [ViewState] reads a fold's state back for people; [Audit] is
 // the audit projection, a second pure fold over the facts and the
-// decisions that measures what DESIGN.md §6 asks to observe.
+// decisions that measures what docs/design.md §14.8 lists.
 //
 // # Rules
 //
-// The rules are DESIGN.md §5's, one file each: dedup and config in fold.go,
+// The rules are docs/design.md §4–§6, one file each: dedup and config in fold.go,
 // group completion in group.go, rewards in reward.go, admission in
 // admission.go, batches and staleness in batch.go, samples and compaction
 // segments in samples.go, the trainer and turn audits in audit.go. Where
 // the design leaves a choice, the file that implements the rule says which
-// reading it takes, and the reading is part of RuleVersion 1.
+// reading it takes, and the reading is part of the [RuleVersion]. Each rule's
+// cases are transcripts under testdata/rules/ (facts in, decisions out; the
+// language is described in testdata/rules/README.md), so a rule change reads
+// as a diff of a transcript.
 package projections

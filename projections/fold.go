@@ -181,7 +181,7 @@ func (c *applyCtx) apply(value []byte) error {
 }
 
 // dedup records the record's id and reports whether the record repeats one
-// already applied (DESIGN.md §3): identical bytes are dropped silently,
+// already applied (docs/design.md §5.4): identical bytes are dropped silently,
 // different bytes are a conflicting duplicate and ignored as well.
 func (c *applyCtx) dedup(value []byte) (bool, error) {
 	sum := sha256.Sum256(value)
@@ -282,12 +282,12 @@ func (c *applyCtx) config() (events.Config, error) {
 // emit appends a decision of kind with the given seq, caused by the record
 // being applied.
 func (c *applyCtx) emit(kind events.Type, seq uint64, data any, samples []byte) error {
-	d, err := canonicalJSON(data)
+	d, err := events.CanonicalJSON(data)
 	if err != nil {
 		return fmt.Errorf("projections: encode %s data: %w", kind, err)
 	}
 	id := events.DecisionID(c.run, kind, seq)
-	v, err := canonicalJSON(Envelope{
+	v, err := events.CanonicalJSON(Envelope{
 		ID: id, Run: c.run, Type: kind, V: DecisionSchemaVersion, Source: DecisionSource,
 		RuleVersion: RuleVersion, Fact: c.pos, Data: d,
 	})

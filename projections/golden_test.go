@@ -64,7 +64,12 @@ func TestGolden(t *testing.T) {
 		if d.Kind == KindBatchSealed {
 			sealed++
 			files[fmt.Sprintf("batch-%d.json", d.Seq)] = append(indentJSON(t, d.Value), '\n')
-			files[fmt.Sprintf("batch-%d.samples.ndjson", d.Seq)] = d.Samples
+			// The digest pins the binary samples; people read them as NDJSON.
+			lines, err := SamplesNDJSON(d.Samples)
+			if err != nil {
+				t.Fatal(err)
+			}
+			files[fmt.Sprintf("batch-%d.samples.ndjson", d.Seq)] = lines
 		}
 	}
 	files["decisions.ndjson"] = all.Bytes()

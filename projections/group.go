@@ -8,7 +8,7 @@ import (
 	"github.com/rolloutledger/rolloutledger/events"
 )
 
-// Group completion (DESIGN.md §5 rule 1).
+// Group completion (docs/design.md §6.1, rule 1).
 //
 // Facts about a group arrive from several producers in any order, so each
 // one is stored where it belongs — a reward on its attempt even before the
@@ -103,9 +103,12 @@ func (c *applyCtx) turnGenerated(d *events.TurnGenerated) error {
 		return c.duplicate(Finding{Attempt: d.Attempt, Turns: []int64{int64(d.Turn)}}, fmt.Sprintf("attempt %s already has turn %d", d.Attempt, d.Turn))
 	}
 	m := turnMeta{
-		turn: int64(d.Turn), version: d.PolicyVersion, completion: d.CompletionTokens,
+		turn: int64(d.Turn), version: d.PolicyVersion(), completion: d.CompletionTokens,
 		partition: c.pos.Partition, offset: c.pos.Offset,
 		payload: len(d.ObservationTokenIDs) > 0 || len(d.TokenIDs) > 0,
+	}
+	if len(d.VersionSegments) > 1 {
+		m.later = slices.Clone(d.VersionSegments[1:])
 	}
 	a.turns = slices.Insert(a.turns, i, m)
 	if m.payload {

@@ -13,7 +13,7 @@ import (
 
 // A run written by several producers: the scheduler, three engines, the
 // verifier and the trainer. The log the ledger sees is some interleaving of
-// their streams. DESIGN.md §4 promises that any interleaving that keeps
+// their streams. docs/design.md §5.3 promises that any interleaving that keeps
 // each producer's order and the relative order of the group-completing
 // facts yields the same decisions, apart from the positions they quote.
 
@@ -76,7 +76,7 @@ func buildProducerRun(t testing.TB) *producerRun {
 			}
 			r.emit(p, src, &events.AttemptStarted{Attempt: a.id, Group: id, Task: task, Engine: src, VM: "vm-" + a.id, ForkMS: 100, RetryOf: a.retryOf})
 			for n, v := range a.versions {
-				tg := &events.TurnGenerated{Attempt: a.id, Turn: n, PolicyVersion: v, PromptTokens: 50, CompletionTokens: int64(3 + n + i),
+				tg := &events.TurnGenerated{Attempt: a.id, Turn: n, VersionSegments: events.SingleVersion(v), PromptTokens: 50, CompletionTokens: int64(3 + n + i),
 					Finish: events.FinishToolCall, LatencyMS: 700}
 				if a.tokens {
 					tg.ObservationTokenIDs = []int32{int32(100*i + 10*n)}
@@ -380,7 +380,7 @@ func positionFree(t testing.TB, ds []Decision) []string {
 					}
 				}
 			}
-			b, err := canonicalJSON(m)
+			b, err := events.CanonicalJSON(m)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -393,7 +393,7 @@ func positionFree(t testing.TB, ds []Decision) []string {
 			if f.Kind == FindingBatchDigestMismatch {
 				f.Want = ""
 			}
-			b, err := canonicalJSON(f)
+			b, err := events.CanonicalJSON(f)
 			if err != nil {
 				t.Fatal(err)
 			}

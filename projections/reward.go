@@ -6,7 +6,7 @@ import (
 	"github.com/rolloutledger/rolloutledger/events"
 )
 
-// Rewards (DESIGN.md §5 rules 2–5). Every function here takes the group's
+// Rewards (docs/design.md §6.2–§6.5, rules 2–5). Every function here takes the group's
 // included attempts ordered by attempt id and sums in that order, so the
 // arrival order of facts cannot change a bit of any value.
 

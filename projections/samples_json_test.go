@@ -1,10 +1,13 @@
 package projections
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/rolloutledger/rolloutledger/events"
 )
 
 // The samples encoder writes exactly what encoding/json writes for a
@@ -43,23 +46,48 @@ func TestSampleJSONMatchesEncodingJSON(t *testing.T) {
 		t.Error("NaN encoded")
 	}
 
+	// The NDJSON of a sample is what encoding/json writes for its fields
+	// (the loss mask as numbers, not base64).
+	type jsonSample struct {
+		Group           string    `json:"group"`
+		Attempt         string    `json:"attempt"`
+		Segment         int64     `json:"segment"`
+		TokenIDs        []int32   `json:"token_ids"`
+		LossMask        []int     `json:"loss_mask"`
+		RolloutLogprobs []float32 `json:"rollout_logprobs"`
+		PolicyVersions  []int64   `json:"policy_versions"`
+		Advantage       float64   `json:"advantage"`
+	}
+	var bin []byte
+	var want []byte
 	for i := range 200 {
 		n := rng.IntN(50)
 		s := Sample{Group: "g-1:x/y", Attempt: "a.b_c-" + string(rune('a'+i%26)), Segment: int64(rng.IntN(5)), Advantage: f64[i],
-			TokenIDs: []int32{}, LossMask: []int8{}, RolloutLogprobs: []float32{}, PolicyVersions: []int64{}}
+			TokenIDs: []int32{}, LossMask: []uint8{}, RolloutLogprobs: []float32{}, PolicyVersions: []int64{}}
+		js := jsonSample{Group: s.Group, Attempt: s.Attempt, Segment: s.Segment, Advantage: s.Advantage, LossMask: []int{}}
 		for j := range n {
 			s.TokenIDs = append(s.TokenIDs, int32(rng.Uint32()))
-			s.LossMask = append(s.LossMask, int8(j%2))
+			s.LossMask = append(s.LossMask, uint8(j%2))
+			js.LossMask = append(js.LossMask, j%2)
 			s.RolloutLogprobs = append(s.RolloutLogprobs, -float32(rng.Float64()*20))
 			s.PolicyVersions = append(s.PolicyVersions, rng.Int64N(1000)-5)
 		}
-		want, err := canonicalJSON(&s)
+		js.TokenIDs, js.RolloutLogprobs, js.PolicyVersions = s.TokenIDs, s.RolloutLogprobs, s.PolicyVersions
+		line, err := events.CanonicalJSON(&js)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := s.appendJSON(nil)
-		if err != nil || string(got) != string(want) {
-			t.Fatalf("sample %d:\ngot  %s (%v)\nwant %s", i, got, err, want)
+		want = append(append(want, line...), '\n')
+		if bin, err = AppendSample(bin, &s); err != nil {
+			t.Fatal(err)
 		}
+	}
+	got, err := SamplesNDJSON(bin)
+	if err != nil || string(got) != string(want) {
+		t.Fatalf("NDJSON of the samples (%v):\n%s", err, firstLineDiff(got, want))
+	}
+	var streamed bytes.Buffer
+	if n, err := WriteNDJSON(&streamed, bin); err != nil || n != int64(len(want)) || streamed.String() != string(want) {
+		t.Fatalf("WriteNDJSON wrote %d bytes (%v), want the %d of SamplesNDJSON", n, err, len(want))
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+
+	"github.com/rolloutledger/rolloutledger/events"
 )
 
 // State key layout. Every key the fold writes starts with one of these
@@ -171,13 +173,39 @@ func decodeGroup(b []byte) (groupState, error) {
 
 // turnMeta is what the fold keeps of a turn outside its payload.
 type turnMeta struct {
-	turn       int64
+	turn int64
+	// version is the policy version of the turn's first version segment;
+	// later holds the segments after the first, nil for the usual turn of
+	// one segment, so that only turns spanning a weight update pay for them.
 	version    int64
+	later      []events.VersionSegment
 	completion int64
 	partition  int32
 	offset     int64
 	payload    bool // inline tokens stored under turnKey
 }
+
+// segments is the turn's version segments, the first included.
+func (t *turnMeta) segments() []events.VersionSegment {
+	out := make([]events.VersionSegment, 0, 1+len(t.later))
+	out = append(out, events.VersionSegment{Start: 0, PolicyVersion: t.version})
+	return append(out, t.later...)
+}
+
+// lastVersion is the policy version of the turn's last token.
+func (t *turnMeta) lastVersion() int64 {
+	if n := len(t.later); n > 0 {
+		return t.later[n-1].PolicyVersion
+	}
+	return t.version
+}
+
+// Flags of a turn in an attempt record. A layout-1 record wrote the byte as
+// a bool (0 or 1), which reads the same.
+const (
+	turnPayload  = 1 << iota // inline tokens stored under turnKey
+	turnSegments             // the segments after the first follow
+)
 
 // attemptState is everything known about an attempt, whether or not its
 // attempt.started has been seen yet.
@@ -248,7 +276,21 @@ func (a *attemptState) encode() []byte {
 		w.varint(t.completion)
 		w.varint(int64(t.partition))
 		w.varint(t.offset)
-		w.bool(t.payload)
+		flags := uint8(0)
+		if t.payload {
+			flags |= turnPayload
+		}
+		if len(t.later) > 0 {
+			flags |= turnSegments
+		}
+		w.byte(flags)
+		if len(t.later) > 0 {
+			w.uvarint(uint64(len(t.later)))
+			for _, s := range t.later {
+				w.varint(s.Start)
+				w.varint(s.PolicyVersion)
+			}
+		}
 	}
 	w.uvarint(uint64(len(a.compactions)))
 	for _, c := range a.compactions {
@@ -276,7 +318,18 @@ func decodeAttempt(b []byte) (attemptState, error) {
 		t := turnMeta{turn: r.varint(), version: r.varint(), completion: r.varint()}
 		t.partition = int32(r.varint())
 		t.offset = r.varint()
-		t.payload = r.bool()
+		flags := r.byte()
+		if flags&^(turnPayload|turnSegments) != 0 {
+			r.fail()
+		}
+		t.payload = flags&turnPayload != 0
+		if flags&turnSegments != 0 {
+			m := r.count()
+			t.later = make([]events.VersionSegment, 0, m)
+			for range m {
+				t.later = append(t.later, events.VersionSegment{Start: r.varint(), PolicyVersion: r.varint()})
+			}
+		}
 		a.turns = append(a.turns, t)
 	}
 	n = r.count()
@@ -312,23 +365,14 @@ func (p *payload) encode() []byte {
 	return w.b
 }
 
-func decodePayload(b []byte) (payload, error) {
+// payloadWords reads a stored payload without copying it: the
+// observation ids, completion ids and log-probs as little-endian 32-bit
+// words, slices of b.
+func payloadWords(b []byte) (observation, tokens, logprobs []byte, err error) {
 	r := rbuf{b: b, what: "turn payload"}
 	r.version()
-	var p payload
-	p.observation = r.words(p.observation)
-	p.tokens = r.words(p.tokens)
-	n := r.count()
-	if r.err == nil && len(r.b) >= 4*n {
-		p.logprobs = make([]float32, n)
-		for i := range n {
-			p.logprobs[i] = math.Float32frombits(binary.LittleEndian.Uint32(r.b[4*i:]))
-		}
-		r.b = r.b[4*n:]
-	} else if r.err == nil {
-		r.fail()
-	}
-	return p, r.done()
+	observation, tokens, logprobs = r.wordBytes(), r.wordBytes(), r.wordBytes()
+	return observation, tokens, logprobs, r.done()
 }
 
 // wbuf appends a binary state record.
@@ -420,21 +464,16 @@ func (r *rbuf) str() string {
 	return s
 }
 
-func (r *rbuf) words(dst []int32) []int32 {
+// wordBytes reads a count of 32-bit words and returns their bytes.
+func (r *rbuf) wordBytes() []byte {
 	n := r.count()
 	if r.err != nil || len(r.b) < 4*n {
 		r.fail()
 		return nil
 	}
-	if n == 0 {
-		return nil
-	}
-	dst = make([]int32, n)
-	for i := range n {
-		dst[i] = int32(binary.LittleEndian.Uint32(r.b[4*i:]))
-	}
+	words := r.b[: 4*n : 4*n]
 	r.b = r.b[4*n:]
-	return dst
+	return words
 }
 
 func (r *rbuf) done() error {

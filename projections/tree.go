@@ -13,7 +13,7 @@ import (
 	"github.com/transparency-dev/merkle/rfc6962"
 )
 
-// The run's fact tree (DESIGN.md §6).
+// The run's fact tree (docs/design.md §9).
 //
 // Every record applied to a fold, duplicates and undecodable ones included,
 // is the next leaf of an RFC 6962 Merkle tree: leaf n−1 is the record with

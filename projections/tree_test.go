@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"math/bits"
 	"testing"
-
-	"github.com/rolloutledger/rolloutledger/events"
 )
 
 // mth is RFC 6962's Merkle tree hash, written from its definition (§2.1)
@@ -110,70 +108,6 @@ func TestBatchHeads(t *testing.T) {
 		if want := (TreeHead{Size: m.Tree.Size, Root: referenceRoot(values(recs[:m.Tree.Size]))}); m.Tree != want {
 			t.Errorf("batch %d: got head %+v, want %+v", m.Seq, m.Tree, want)
 		}
-	}
-}
-
-// checkpointRun is a run of about n facts: train groups of two attempts of
-// 20 turns, one batch per group.
-func checkpointRun(t testing.TB, n int) []Record {
-	b := newRun(t).start(openConfig()).task("t1")
-	for g := 0; len(b.evs) < n; g++ {
-		gid := fmt.Sprintf("g%05d", g)
-		b.group(gid, "t1", 2, events.PurposeTrain)
-		b.solved(gid+"/a", gid, true, 4, make([]int64, 20)...)
-		b.solved(gid+"/b", gid, false, 1, make([]int64, 20)...)
-	}
-	return b.records()[:n]
-}
-
-func TestCheckpoints(t *testing.T) {
-	recs := checkpointRun(t, 2*CheckpointInterval+5)
-	ds, err := FoldAll(testRun, recs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var seen DecisionCounts
-	var cps []Checkpoint
-	for i, d := range ds {
-		switch d.Kind {
-		case KindBatchSealed:
-			seen.BatchSealed++
-		case KindTaskAdmitted:
-			seen.TaskAdmitted++
-		case KindTaskRejected:
-			seen.TaskRejected++
-		case KindAuditFinding:
-			seen.AuditFinding++
-		case KindAuditCheckpoint:
-			cp, err := CheckpointOf(d.Value)
-			if err != nil {
-				t.Fatal(err)
-			}
-			n := uint64(len(cps)+1) * CheckpointInterval
-			if d.Seq != uint64(len(cps)+1) || d.ID != events.DecisionID(testRun, KindAuditCheckpoint, d.Seq) {
-				t.Errorf("checkpoint %d: got seq %d id %s", len(cps)+1, d.Seq, d.ID)
-			}
-			if env := envelopeOf(t, d); env.Fact.Seq != n || env.Fact.Offset != recs[n-1].Offset {
-				t.Errorf("checkpoint %d: caused by %+v, want fact %d", d.Seq, env.Fact, n)
-			}
-			if want := (TreeHead{Size: n, Root: referenceRoot(values(recs[:n]))}); cp.Tree != want {
-				t.Errorf("checkpoint %d: got head %+v, want %+v", d.Seq, cp.Tree, want)
-			}
-			if cp.Decisions != seen {
-				t.Errorf("checkpoint %d: got counts %+v, want those before it %+v", d.Seq, cp.Decisions, seen)
-			}
-			// It comes after the other decisions of its fact.
-			if i+1 < len(ds) && envelopeOf(t, ds[i+1]).Fact.Seq == n {
-				t.Errorf("checkpoint %d is followed by a decision of the same fact", d.Seq)
-			}
-			cps = append(cps, cp)
-		}
-	}
-	if len(cps) != 2 {
-		t.Fatalf("got %d checkpoints in %d facts, want 2", len(cps), len(recs))
-	}
-	if seen.BatchSealed == 0 {
-		t.Fatal("the run sealed no batch")
 	}
 }
 

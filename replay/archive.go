@@ -12,6 +12,7 @@ import (
 	"hash"
 	"hash/crc32"
 	"io"
+	"math"
 	"os"
 
 	"github.com/rolloutledger/rolloutledger/projections"
@@ -35,7 +36,8 @@ import (
 // may be empty: the offset of what follows), little endian; sha256 covers
 // every byte before the trailer. Facts are numbered 1, 2, ... in log order;
 // their partition and offset are their original positions in the facts
-// topic, a decision's in the decisions topic. The leaf index holds the RFC
+// topic, a decision's in the decisions topic (a partition is 0 to 2^31-1,
+// an offset not negative; anything else is refused). The leaf index holds the RFC
 // 6962 leaf hash of every fact as the exporter computed it (see
 // [LeafIndexer]).
 //
@@ -450,28 +452,33 @@ func parseFact(p []byte) (seq uint64, part int32, off int64, value []byte, err e
 	if n <= 0 {
 		return 0, 0, 0, nil, errors.New("unreadable fact number")
 	}
-	p = p[n:]
-	pt, n := binary.Varint(p)
-	if n <= 0 {
-		return 0, 0, 0, nil, errors.New("unreadable partition")
-	}
-	p = p[n:]
-	off, n = binary.Varint(p)
-	if n <= 0 {
-		return 0, 0, 0, nil, errors.New("unreadable offset")
-	}
-	return seq, int32(pt), off, p[n:], nil
+	part, off, value, err = parsePosition(p[n:])
+	return seq, part, off, value, err
 }
 
 func parseDecision(p []byte) (part int32, off int64, value []byte, err error) {
+	return parsePosition(p)
+}
+
+// parsePosition reads the partition and offset a record had in Kafka,
+// then its value. Both are refused outside Kafka's ranges rather than
+// truncated or taken as given: a partition is 0 to 2^31-1, an offset is not
+// negative.
+func parsePosition(p []byte) (part int32, off int64, value []byte, err error) {
 	pt, n := binary.Varint(p)
 	if n <= 0 {
 		return 0, 0, nil, errors.New("unreadable partition")
+	}
+	if pt < 0 || pt > math.MaxInt32 {
+		return 0, 0, nil, fmt.Errorf("partition %d is not a Kafka partition (0 to %d)", pt, math.MaxInt32)
 	}
 	p = p[n:]
 	off, n = binary.Varint(p)
 	if n <= 0 {
 		return 0, 0, nil, errors.New("unreadable offset")
+	}
+	if off < 0 {
+		return 0, 0, nil, fmt.Errorf("offset %d is negative", off)
 	}
 	return int32(pt), off, p[n:], nil
 }

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/rolloutledger/rolloutledger/services/simulate"
+	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
 )
 
 // tinyArchiveBytes is a valid archive small enough to damage at every

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/rolloutledger/rolloutledger/projections"
 )
 
 func TestArchiveRoundTrip(t *testing.T) {
@@ -16,7 +18,7 @@ func TestArchiveRoundTrip(t *testing.T) {
 	if m.Facts != uint64(len(src.facts)) || m.Decisions != uint64(len(src.decisions)) || m.Leaves != m.Facts {
 		t.Fatalf("manifest counts %d facts, %d decisions, %d leaves; want %d, %d, %d", m.Facts, m.Decisions, m.Leaves, len(src.facts), len(src.decisions), len(src.facts))
 	}
-	if m.RuleVersion != 1 || len(m.Heads) < 5 || m.FinalHead.Size != m.Facts {
+	if m.RuleVersion != projections.RuleVersion || len(m.Heads) < 5 || m.FinalHead.Size != m.Facts {
 		t.Errorf("manifest: rule version %d, %d heads, final head %+v", m.RuleVersion, len(m.Heads), m.FinalHead)
 	}
 	var got []Fact

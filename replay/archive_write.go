@@ -119,6 +119,9 @@ func (w *ArchiveWriter) AddFact(f Fact) error {
 	if f.Seq != w.m.Facts+1 {
 		return fmt.Errorf("replay: archive: fact numbered %d after %d", f.Seq, w.m.Facts)
 	}
+	if f.Partition < 0 || f.Offset < 0 {
+		return fmt.Errorf("replay: archive: fact %d at partition %d offset %d: not a Kafka position", f.Seq, f.Partition, f.Offset)
+	}
 	p := make([]byte, 0, 3*binary.MaxVarintLen64+len(f.Value))
 	p = binary.AppendUvarint(p, f.Seq)
 	p = binary.AppendVarint(p, int64(f.Partition))
@@ -166,6 +169,9 @@ func quickType(value []byte) events.Type {
 
 // AddDecision appends the next recorded decision.
 func (w *ArchiveWriter) AddDecision(r Recorded) error {
+	if r.Partition < 0 || r.Offset < 0 {
+		return fmt.Errorf("replay: archive: decision %d at partition %d offset %d: not a Kafka position", w.m.Decisions+1, r.Partition, r.Offset)
+	}
 	if w.section == frameFact {
 		w.section, w.decisionsAt = frameDecision, w.off
 	}

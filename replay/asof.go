@@ -63,7 +63,7 @@ func AsOfStep(ctx context.Context, src Source, k uint64) (*StepState, error) {
 		if ev, ok := decodeIf(f, events.TypeTurnGenerated, events.TypePolicyPublished, events.TypeGradientApplied); ok {
 			switch d := ev.Data.(type) {
 			case *events.TurnGenerated:
-				versions[d.PolicyVersion]++
+				versions[d.PolicyVersion()]++
 			case *events.PolicyPublished:
 				st.Published = append(st.Published, PublishedVersion{Version: d.Version, Checkpoint: d.Checkpoint, Fact: f.Seq})
 			case *events.GradientApplied:

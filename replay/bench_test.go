@@ -8,12 +8,10 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/segmentio/kafka-go"
-
+	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/internal/testenv"
 	"github.com/rolloutledger/rolloutledger/projections"
-	"github.com/rolloutledger/rolloutledger/services/kafkalog"
-	"github.com/rolloutledger/rolloutledger/services/simulate"
 )
 
 // Benchmarks of replay at scale. The runs are simulated; REPLAY_BENCH_SCALE
@@ -132,7 +130,7 @@ func appendAll(b *testing.B, kc kafkalog.Config, topic, run string, values [][]b
 		var recs []kafkalog.Record
 		size := 0
 		for ; i < len(values) && len(recs) < 2048 && size < 2<<20; i++ {
-			recs = append(recs, kafkalog.Record{Key: []byte(run), Value: values[i], Headers: []kafka.Header{}})
+			recs = append(recs, kafkalog.Record{Key: []byte(run), Value: values[i], Headers: []kafkalog.Header{}})
 			size += len(values[i])
 		}
 		if _, err := w.Append(context.Background(), recs); err != nil {

@@ -1,6 +1,6 @@
 // Package replay reads a run back — from Kafka or from an exported archive —
 // re-folds it with the projections, and checks what was recorded against
-// what the facts imply (DESIGN.md §6, §7, §8).
+// what the facts imply (docs/design.md §9, §10, §14).
 //
 // # Sources
 //
@@ -21,9 +21,17 @@
 // tree with every head a batch or checkpoint recorded. The [Report] names
 // the first divergent decision — kind, seq, the first field that differs,
 // recorded and recomputed — and, when the facts themselves changed, the
-// first fact position changed, dropped, inserted or moved (history.go). A
-// recorded decision is kept as a digest, not a value, so memory does not
-// grow with the manifests.
+// first fact position changed, dropped, inserted or moved (history.go).
+// For an archive it also recomputes the leaf of every fact and compares it
+// with the archive's leaf index, leaf for leaf, and the heads its manifest
+// lists with the recorded ones: an index or a manifest that says other
+// than the facts is reported even when every head matches, since proofs
+// and readers take them from the file. A recorded decision is kept as a
+// digest, not a value, so memory does not grow with the manifests.
+//
+// An archive refuses, on open, a record whose Kafka position cannot be
+// one (a partition outside 0..2^31-1, a negative offset), naming the byte
+// of its frame.
 //
 // # As of a step, what if
 //

@@ -9,7 +9,7 @@ import (
 	"github.com/rolloutledger/rolloutledger/projections"
 )
 
-// Locating a change to the history (DESIGN.md §6).
+// Locating a change to the history (docs/design.md §14.3).
 //
 // Every recorded head {size, root} is the root of the tree of the run's
 // first size facts. Heads are monotone in what they can tell: once the
@@ -21,7 +21,10 @@ import (
 // decision check reports it.
 //
 // Heads alone cannot say which fact between From and To changed. An
-// archive also carries its exporter's leaf index; once the index is shown
+// archive also carries its exporter's leaf index; every leaf of it is
+// compared with the leaf recomputed from the fact at its position, so an
+// index that differs from the facts is reported even when every head
+// matches (see [HistoryIndex]); once the index is shown
 // to reproduce every recorded head it covers, it is the history the
 // projector committed to, leaf for leaf, and the first leaf where it and
 // the facts part names the fact exactly. The leaves around it tell a
@@ -34,6 +37,14 @@ const (
 	HistoryInserted  = "inserted"
 	HistoryMoved     = "moved"
 	HistoryUnlocated = "unlocated" // bounded by the heads, not named exactly
+	// HistoryIndex is an archive whose leaf index differs from the leaves
+	// of the facts it holds while the facts reproduce every recorded head:
+	// the index, not the history, was altered (or, with no head to tell,
+	// one of them was).
+	HistoryIndex = "index"
+	// HistoryManifest is an archive whose manifest lists tree heads other
+	// than those its recorded decisions carry.
+	HistoryManifest = "manifest"
 )
 
 // HistoryProblem is the first place a history differs from what the
@@ -188,7 +199,7 @@ func (h *historyCheck) finish(facts uint64) (*HistoryProblem, error) {
 		}
 	}
 	if len(h.heads) == 0 {
-		return nil, nil
+		return h.indexAltered(facts), nil
 	}
 	// The history is intact up to the largest head if that head matches.
 	last := len(h.heads) - 1
@@ -199,7 +210,7 @@ func (h *historyCheck) finish(facts uint64) (*HistoryProblem, error) {
 			p.Detail += fmt.Sprintf(" (after fact %d, the last one a recorded head covers; located by the leaf index alone)", p.From)
 			return p, nil
 		}
-		return nil, nil
+		return h.indexAltered(facts), nil
 	}
 	bad := last
 	for bad > 0 && !h.match[bad-1] {
@@ -229,6 +240,33 @@ func (h *historyCheck) finish(facts uint64) (*HistoryProblem, error) {
 	p.From, p.To, p.Committed = from, to, true
 	p.Head, p.Recomputed = &head, h.roots[bad]
 	return p, nil
+}
+
+// indexAltered reports a leaf index that parts from the facts while no
+// recorded head says the facts changed; nil when every leaf matched.
+func (h *historyCheck) indexAltered(facts uint64) *HistoryProblem {
+	if h.leaves == nil || h.diffAt == 0 {
+		return nil
+	}
+	p := &HistoryProblem{What: HistoryIndex, Seq: h.diffAt}
+	if len(h.winPos) > 0 {
+		p.Record, p.Partition, p.Offset = true, h.winPos[0].Partition, h.winPos[0].Offset
+	}
+	var what string
+	switch {
+	case len(h.winA) == 0:
+		what = fmt.Sprintf("the leaf index ends after leaf %d, the archive holds %d facts", h.diffAt-1, facts)
+	case len(h.winB) == 0:
+		what = fmt.Sprintf("the leaf index holds leaves past the archive's %d facts", facts)
+	default:
+		what = fmt.Sprintf("leaf %d of the index is %x, fact %d hashes to %x", h.diffAt, h.winA[0], h.diffAt, h.winB[0])
+	}
+	if len(h.heads) == 0 {
+		p.Detail = "the archive's leaf index differs from its facts: " + what + "; no recorded head says which of them is the history"
+	} else {
+		p.Detail = "the archive's leaf index was altered: " + what + ", while the facts reproduce every recorded head"
+	}
+	return p
 }
 
 // indexTrusted says the leaf index reproduces every recorded head it

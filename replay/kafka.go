@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/segmentio/kafka-go"
-
 	"github.com/rolloutledger/rolloutledger/events"
-	"github.com/rolloutledger/rolloutledger/services/kafkalog"
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 )
 
 // KafkaSource reads a run from the ledger's topics: its facts from the
@@ -71,11 +69,7 @@ func runPartition(ctx context.Context, kc kafkalog.Config, topic, run string) (i
 	if len(ends) == 0 {
 		return 0, 0, fmt.Errorf("replay: topic %s has no partitions", topic)
 	}
-	parts := make([]int, len(ends))
-	for i := range parts {
-		parts[i] = i
-	}
-	p := (&kafka.Murmur2Balancer{Consistent: true}).Balance(kafka.Message{Key: []byte(run)}, parts...)
+	p := kafkalog.PartitionOf([]byte(run), len(ends))
 	return p, ends[p], nil
 }
 
@@ -104,7 +98,7 @@ func (s *KafkaSource) Facts(ctx context.Context, fn func(Fact) error) error {
 	s.skipped = nil
 	var seq uint64
 	return decoded(ctx, func(ctx context.Context, emit func(Fact) error) error {
-		return kafkalog.ReadPartition(ctx, s.kc, s.kc.FactsTopic(), s.factsPart, 0, s.factsEnd, func(m kafka.Message) error {
+		return kafkalog.ReadPartition(ctx, s.kc, s.kc.FactsTopic(), s.factsPart, 0, s.factsEnd, func(m kafkalog.Message) error {
 			if r, ok := quickRun(m.Value); ok && string(r) != s.run {
 				return nil
 			}
@@ -136,7 +130,7 @@ func (s *KafkaSource) decodesFacts() {}
 // against a recorded root — proofs — at the cost of reading, not decoding.
 func (s *KafkaSource) rawFacts(ctx context.Context, fn func(Fact) error) error {
 	var seq uint64
-	return kafkalog.ReadPartition(ctx, s.kc, s.kc.FactsTopic(), s.factsPart, 0, s.factsEnd, func(m kafka.Message) error {
+	return kafkalog.ReadPartition(ctx, s.kc, s.kc.FactsTopic(), s.factsPart, 0, s.factsEnd, func(m kafkalog.Message) error {
 		f := Fact{Partition: int32(m.Partition), Offset: m.Offset, Value: m.Value}
 		if r, ok := quickRun(m.Value); ok {
 			if string(r) != s.run {
@@ -170,7 +164,7 @@ func rawFactsOf(ctx context.Context, src Source, fn func(Fact) error) error {
 
 // Decisions reads the decisions recorded about the run.
 func (s *KafkaSource) Decisions(ctx context.Context, fn func(Recorded) error) error {
-	return kafkalog.ReadPartition(ctx, s.kc, s.kc.DecisionsTopic(), s.decisionsPart, 0, s.decisionsEnd, func(m kafka.Message) error {
+	return kafkalog.ReadPartition(ctx, s.kc, s.kc.DecisionsTopic(), s.decisionsPart, 0, s.decisionsEnd, func(m kafkalog.Message) error {
 		r, ok := quickRun(m.Value)
 		if !ok {
 			var env struct{ Run string }

@@ -18,7 +18,7 @@ import (
 	"github.com/rolloutledger/rolloutledger/projections"
 )
 
-// Proofs (DESIGN.md §6). An inclusion proof shows that one fact is leaf i
+// Proofs (docs/design.md §9.3). An inclusion proof shows that one fact is leaf i
 // of the tree whose head a batch or checkpoint recorded; a consistency
 // proof that a later recorded head extends an earlier one. Both are the
 // RFC 6962 proofs (github.com/transparency-dev/merkle), and both can be

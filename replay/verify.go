@@ -242,8 +242,45 @@ func Verify(ctx context.Context, src Source, o VerifyOptions) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	if hist == nil {
+		if a, ok := src.(interface{ Manifest() ArchiveManifest }); ok {
+			hist = manifestHeads(a.Manifest().Heads, heads)
+		}
+	}
 	rep.History, rep.HeadsChecked, rep.Uncommitted = hist, h.checked, h.uncommitted(rep.Facts)
 	return rep, nil
+}
+
+// manifestHeads compares the heads an archive's manifest lists with those
+// its recorded decisions carry, which Verify checked against the facts:
+// a manifest is what a reader looks at first, and must not say otherwise.
+func manifestHeads(listed, recorded []RecordedHead) *HistoryProblem {
+	type key struct {
+		kind string
+		seq  uint64
+	}
+	want := map[key]projections.TreeHead{}
+	for _, h := range recorded {
+		want[key{h.Kind, h.Seq}] = h.TreeHead
+	}
+	seen := map[key]bool{}
+	for _, h := range listed {
+		k := key{h.Kind, h.Seq}
+		w, ok := want[k]
+		switch {
+		case !ok:
+			return &HistoryProblem{What: HistoryManifest, Seq: h.Size, Detail: fmt.Sprintf("the archive's manifest lists a head of %s %d that no recorded decision carries", h.Kind, h.Seq)}
+		case w != h.TreeHead:
+			return &HistoryProblem{What: HistoryManifest, Seq: h.Size, Detail: fmt.Sprintf("the archive's manifest lists head %d:%s for %s %d, the recorded decision carries %d:%s", h.Size, h.Root, h.Kind, h.Seq, w.Size, w.Root)}
+		}
+		seen[k] = true
+	}
+	for _, h := range recorded {
+		if !seen[key{h.Kind, h.Seq}] {
+			return &HistoryProblem{What: HistoryManifest, Seq: h.Size, Detail: fmt.Sprintf("the archive's manifest leaves out the head of %s %d", h.Kind, h.Seq)}
+		}
+	}
+	return nil
 }
 
 func factOf(f Fact) projections.FactPosition {

@@ -14,7 +14,7 @@ import (
 	"github.com/rolloutledger/rolloutledger/projections"
 )
 
-// Overrides are what-if settings of a run's configuration (DESIGN.md §5),
+// Overrides are what-if settings of a run's configuration (docs/design.md §4),
 // parsed from "key=value,key=value".
 type Overrides struct {
 	// Settings are the overrides as given, normalized ("max_staleness=3").

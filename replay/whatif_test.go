@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
 	"github.com/rolloutledger/rolloutledger/events"
 	"github.com/rolloutledger/rolloutledger/projections"
-	"github.com/rolloutledger/rolloutledger/services/simulate"
 )
 
 func whatIf(t *testing.T, src Source, s string) *WhatIfResult {

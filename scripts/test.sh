@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Run the Go test suite: `go test -race -count=1 ./...` from the repo root.
+# Run the Go test suite: `go test -race -count=1 -timeout 30m ./...` from the
+# repo root (the replay package alone runs for minutes under -race on two
+# cores, past go test's default 10-minute bound).
 # Extra arguments are passed to `go test`; ./... is appended unless they
 # already name packages, e.g.
 #   scripts/test.sh -run TestLedger -v
@@ -18,5 +20,5 @@ for arg in "$@"; do
 done
 $has_pkg || set -- "$@" ./...
 
-echo "+ go test -race -count=1 $*" >&2
-exec go test -race -count=1 "$@"
+echo "+ go test -race -count=1 -timeout 30m $*" >&2
+exec go test -race -count=1 -timeout 30m "$@"

@@ -16,8 +16,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/internal/cli"
-	"github.com/rolloutledger/rolloutledger/services/auth"
-	"github.com/rolloutledger/rolloutledger/services/kafkalog"
+	"github.com/rolloutledger/rolloutledger/internal/auth"
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/services/stack"
 )
 

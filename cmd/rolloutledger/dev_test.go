@@ -14,12 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
-
 	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/internal/testenv"
 	"github.com/rolloutledger/rolloutledger/services/ingest"
-	"github.com/rolloutledger/rolloutledger/services/kafkalog"
 )
 
 // buildBinary compiles the command once per test binary run.
@@ -127,7 +125,7 @@ func TestDevRestartKeepsAcknowledgedEvents(t *testing.T) {
 	kc := kafkalog.Config{Brokers: []string{p.kafkaAddr}}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err := kafkalog.ReadAll(ctx, kc, kc.FactsTopic(), func(m kafka.Message) error {
+	err := kafkalog.ReadAll(ctx, kc, kc.FactsTopic(), func(m kafkalog.Message) error {
 		ev, err := events.Decode(m.Value)
 		if err != nil {
 			return err

@@ -52,7 +52,7 @@ func TestServeTokenConfigurationErrors(t *testing.T) {
 		want []string
 	}{
 		{"insecure and tokens", nil, []string{"--tokens-file", good, "--insecure"}, []string{"--insecure and API tokens both given"}},
-		{"bad token file", nil, []string{"--tokens-file", bad}, []string{`token "ops"`, `role "boss"`, "at least 32"}},
+		{"bad token file", nil, []string{"--tokens-file", bad}, []string{`token "ops"`, "role is not one of", "at least 32"}},
 		{"bad inline tokens", map[string]string{"ROLLOUTLEDGER_TOKENS": "[{"}, nil, []string{"$ROLLOUTLEDGER_TOKENS"}},
 		{"missing token file", map[string]string{"ROLLOUTLEDGER_TOKENS_FILE": filepath.Join(dir, "nope.yaml")}, nil, []string{"nope.yaml"}},
 		{"half a TLS pair", nil, []string{"--tokens-file", good, "--tls-cert", good}, []string{"--tls-key"}},

@@ -1,67 +1,13 @@
 package telemetry
 
 import (
-	"context"
 	"net/http"
 
-	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
-
-// Headers adapts Kafka record headers to a propagation carrier. Set
-// replaces a header of the same key, so a record never carries two
-// traceparents.
-type Headers struct{ H *[]kafka.Header }
-
-// Get returns the value of the first header named key.
-func (c Headers) Get(key string) string {
-	for _, h := range *c.H {
-		if h.Key == key {
-			return string(h.Value)
-		}
-	}
-	return ""
-}
-
-// Set sets header key to value.
-func (c Headers) Set(key, value string) {
-	for i, h := range *c.H {
-		if h.Key == key {
-			(*c.H)[i].Value = []byte(value)
-			return
-		}
-	}
-	*c.H = append(*c.H, kafka.Header{Key: key, Value: []byte(value)})
-}
-
-// Keys lists the header keys.
-func (c Headers) Keys() []string {
-	out := make([]string, len(*c.H))
-	for i, h := range *c.H {
-		out[i] = h.Key
-	}
-	return out
-}
-
-// TraceHeaders are the headers that carry ctx's trace context, computed
-// once for all the records of one write; nil when ctx has none.
-func (t *Telemetry) TraceHeaders(ctx context.Context) []kafka.Header {
-	if !trace.SpanContextFromContext(ctx).IsValid() {
-		return nil
-	}
-	var h []kafka.Header
-	t.propagator.Inject(ctx, Headers{&h})
-	return h
-}
-
-// RecordContext is the span context a record's headers carry; invalid
-// when they carry none.
-func (t *Telemetry) RecordContext(headers []kafka.Header) trace.SpanContext {
-	return trace.SpanContextFromContext(t.propagator.Extract(context.Background(), Headers{&headers}))
-}
 
 // Links collects distinct span contexts as span links, up to a bound: a
 // window of thousands of records links to the requests that wrote them

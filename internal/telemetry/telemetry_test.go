@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"testing"
 
-	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
@@ -47,34 +46,6 @@ func TestLogHandlerAddsTraceIDs(t *testing.T) {
 	}
 	if _, ok := out["trace_id"]; ok {
 		t.Errorf("outside a span: got %v, want no trace_id", out)
-	}
-}
-
-// Trace headers replace a record's traceparent rather than add a second,
-// and round-trip to the span context they came from.
-func TestTraceHeadersRoundTrip(t *testing.T) {
-	tel := traced(t)
-	ctx, span := tel.Tracer().Start(context.Background(), "send")
-	defer span.End()
-	th := tel.TraceHeaders(ctx)
-	h := []kafka.Header{{Key: "type", Value: []byte("turn.generated")}, {Key: "traceparent", Value: []byte("stale")}}
-	for _, x := range th {
-		telemetry.Headers{H: &h}.Set(x.Key, string(x.Value))
-	}
-	n := 0
-	for _, x := range h {
-		if x.Key == "traceparent" {
-			n++
-		}
-	}
-	if n != 1 || len(h) != 2 {
-		t.Fatalf("headers %v: want type and one traceparent", h)
-	}
-	if got := tel.RecordContext(h); !got.Equal(span.SpanContext().WithRemote(true)) {
-		t.Errorf("extracted %v, want %v", got, span.SpanContext())
-	}
-	if tel.TraceHeaders(context.Background()) != nil {
-		t.Error("a context without a span yields trace headers")
 	}
 }
 

@@ -18,9 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
-
-	"github.com/rolloutledger/rolloutledger/services/kafkalog"
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 )
 
 // KafkaLibsEnv overrides where the Kafka jars are; by default they are in
@@ -303,8 +301,7 @@ func (c *KafkaCluster) WaitReady(i int) {
 func (c *KafkaCluster) metadataOK(addr string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	cl := &kafka.Client{Addr: kafka.TCP(addr), Timeout: 3 * time.Second}
-	meta, err := cl.Metadata(ctx, &kafka.MetadataRequest{})
+	meta, err := kafkalog.ReadMetadata(ctx, kafkalog.Config{Brokers: []string{addr}})
 	if err != nil {
 		return err
 	}
@@ -321,11 +318,11 @@ func (c *KafkaCluster) Leader(topic string, part int) (int, error) {
 		return -1, err
 	}
 	for i, b := range c.brokers {
-		if b.id == meta.Leader.ID {
+		if b.id == meta.Leader {
 			return i, nil
 		}
 	}
-	return -1, fmt.Errorf("%s/%d: leader %d is not one of ours", topic, part, meta.Leader.ID)
+	return -1, fmt.Errorf("%s/%d: leader %d is not one of ours", topic, part, meta.Leader)
 }
 
 // InSync reports how many replicas of partition part of topic are in sync.
@@ -334,28 +331,25 @@ func (c *KafkaCluster) InSync(topic string, part int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return len(meta.Isr), nil
+	return len(meta.InSync), nil
 }
 
-func (c *KafkaCluster) partitionMeta(topic string, part int) (kafka.Partition, error) {
+func (c *KafkaCluster) partitionMeta(topic string, part int) (kafkalog.PartitionMetadata, error) {
 	var last error
 	for i, b := range c.brokers {
 		if !c.Running(i) {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		cl := &kafka.Client{Addr: kafka.TCP(b.Addr()), Timeout: 3 * time.Second}
-		meta, err := cl.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+		meta, err := kafkalog.ReadMetadata(ctx, kafkalog.Config{Brokers: []string{b.Addr()}}, topic)
 		cancel()
 		if err != nil {
 			last = err
 			continue
 		}
-		for _, tp := range meta.Topics {
-			for _, p := range tp.Partitions {
-				if p.ID == part && p.Error == nil {
-					return p, nil
-				}
+		for _, p := range meta.Partitions {
+			if p.Topic == topic && p.Partition == part && p.Err == nil {
+				return p, nil
 			}
 		}
 		last = fmt.Errorf("%s/%d not in the metadata of broker %d", topic, part, b.id)
@@ -363,7 +357,7 @@ func (c *KafkaCluster) partitionMeta(topic string, part int) (kafka.Partition, e
 	if last == nil {
 		last = errors.New("no broker running")
 	}
-	return kafka.Partition{}, last
+	return kafkalog.PartitionMetadata{}, last
 }
 
 // Log returns the tail of broker i's server log.

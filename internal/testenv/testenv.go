@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rolloutledger/rolloutledger/services/embedded"
-	"github.com/rolloutledger/rolloutledger/services/kafkalog"
+	"github.com/rolloutledger/rolloutledger/internal/embedded"
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 )
 
 // InCI reports whether the tests run in CI, where every server must exist.

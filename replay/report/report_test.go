@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
 	"github.com/rolloutledger/rolloutledger/events"
 	"github.com/rolloutledger/rolloutledger/projections"
 	"github.com/rolloutledger/rolloutledger/replay"
-	"github.com/rolloutledger/rolloutledger/services/simulate"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/structure.golden")

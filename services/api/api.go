@@ -5,7 +5,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,9 +14,9 @@ import (
 	"time"
 
 	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/internal/auth"
+	"github.com/rolloutledger/rolloutledger/internal/httpx"
 	"github.com/rolloutledger/rolloutledger/projections"
-	"github.com/rolloutledger/rolloutledger/services/auth"
-	"github.com/rolloutledger/rolloutledger/services/httpx"
 	"github.com/rolloutledger/rolloutledger/services/projector"
 )
 
@@ -30,20 +29,29 @@ type Service struct {
 	Logger    *slog.Logger
 }
 
-// Register adds the routes to mux.
-func (s *Service) Register(mux *http.ServeMux) {
-	mux.HandleFunc("GET /v1/runs", s.runs)
-	mux.HandleFunc("GET /v1/runs/{run}/batches/next", s.nextBatch)
-	mux.HandleFunc("GET /v1/runs/{run}/batches/{seq}", s.batch)
-	mux.HandleFunc("GET /v1/runs/{run}/batches/{seq}/samples", s.samples)
+// Routes is where the service registers its routes: an [auth.Router] in
+// the stack, which checks every request's token and holds each route's
+// {run} to the token's run scope; a plain http.ServeMux serves without
+// authentication.
+type Routes interface {
+	Handle(pattern string, h http.Handler)
+}
+
+// Register adds the routes to mux. Every route that concerns one run names
+// it as {run}, the wildcard the router's scope check reads.
+func (s *Service) Register(mux Routes) {
+	mux.Handle("GET /v1/runs", http.HandlerFunc(s.runs))
+	mux.Handle("GET /v1/runs/{run}/batches/next", http.HandlerFunc(s.nextBatch))
+	mux.Handle("GET /v1/runs/{run}/batches/{seq}", http.HandlerFunc(s.batch))
+	mux.Handle("GET /v1/runs/{run}/batches/{seq}/samples", http.HandlerFunc(s.samples))
 	// Task ids may contain "/", so the task is the rest of the path.
-	mux.HandleFunc("GET /v1/runs/{run}/tasks/{task...}", s.task)
+	mux.Handle("GET /v1/runs/{run}/tasks/{task...}", http.HandlerFunc(s.task))
 	// Without this route ServeMux would redirect .../tasks to .../tasks/,
 	// the pattern above with an empty task.
-	mux.HandleFunc("GET /v1/runs/{run}/tasks", func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("GET /v1/runs/{run}/tasks", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, http.StatusNotFound, "not_found", "name a task: /v1/runs/{run}/tasks/{task}")
-	})
-	mux.HandleFunc("GET /v1/runs/{run}/status", s.status)
+	}))
+	mux.Handle("GET /v1/runs/{run}/status", http.HandlerFunc(s.status))
 }
 
 func (s *Service) fail(w http.ResponseWriter, err error) {
@@ -86,25 +94,9 @@ func notSealed(w http.ResponseWriter, run string, seq uint64) {
 	httpx.WriteError(w, http.StatusNotFound, "not_found", fmt.Sprintf("run %s has no sealed batch %d", run, seq))
 }
 
-// writeManifest answers with the manifest of a stored batch.sealed record.
-func (s *Service) writeManifest(w http.ResponseWriter, value []byte) {
-	m, err := manifest(value)
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	writeRaw(w, "application/json", append(m, '\n'))
-}
-
-// manifest is the data of a batch.sealed record: the manifest itself.
-func manifest(value []byte) (json.RawMessage, error) {
-	var d struct {
-		Data json.RawMessage `json:"data"`
-	}
-	if err := json.Unmarshal(value, &d); err != nil {
-		return nil, fmt.Errorf("api: stored decision does not decode: %w", err)
-	}
-	return d.Data, nil
+// writeManifest answers with a sealed batch's manifest, stored as served.
+func writeManifest(w http.ResponseWriter, manifest []byte) {
+	writeRaw(w, "application/json", append(manifest[:len(manifest):len(manifest)], '\n'))
 }
 
 func writeRaw(w http.ResponseWriter, contentType string, b []byte) {
@@ -119,14 +111,14 @@ func (s *Service) batch(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	v, found, err := s.Projector.Decision(run, projections.KindBatchSealed, seq)
+	m, found, err := s.Projector.Manifest(run, seq)
 	switch {
 	case err != nil:
 		s.fail(w, err)
 	case !found:
 		notSealed(w, run, seq)
 	default:
-		s.writeManifest(w, v)
+		writeManifest(w, m)
 	}
 }
 
@@ -149,7 +141,7 @@ func (s *Service) nextBatch(w http.ResponseWriter, r *http.Request) {
 		}
 		wait = d
 	}
-	v, found, err := s.Projector.WaitDecision(r.Context(), run, projections.KindBatchSealed, after+1, wait)
+	m, found, err := s.Projector.WaitManifest(r.Context(), run, after+1, wait)
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return // the request ended: no one is waiting for an answer
 	}
@@ -161,23 +153,7 @@ func (s *Service) nextBatch(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	s.writeManifest(w, v)
-}
-
-func (s *Service) samples(w http.ResponseWriter, r *http.Request) {
-	run, seq, ok := batchParams(w, r)
-	if !ok {
-		return
-	}
-	v, found, err := s.Projector.Samples(run, seq)
-	switch {
-	case err != nil:
-		s.fail(w, err)
-	case !found:
-		notSealed(w, run, seq)
-	default:
-		writeRaw(w, "application/x-ndjson", v)
-	}
+	writeManifest(w, m)
 }
 
 func (s *Service) task(w http.ResponseWriter, r *http.Request) {

@@ -9,13 +9,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rolloutledger/rolloutledger/services/httpx"
-	"github.com/rolloutledger/rolloutledger/services/kafkalog"
+	"github.com/rolloutledger/rolloutledger/internal/auth"
+	"github.com/rolloutledger/rolloutledger/internal/httpx"
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/services/projector"
 )
 
 // FuzzGet sends arbitrary request targets to the query routes, as the
-// stack mounts them (behind httpx.Canonical, with a catch-all 404). The
+// stack mounts them (on an auth.Router, behind httpx.Canonical). The
 // answer is 200, 204, 400 or 404, and every 4xx has the contract's error
 // shape. The projector's state is empty: the routes' parsing of runs,
 // tasks, sequence numbers and waits is what is explored.
@@ -32,11 +33,8 @@ func FuzzGet(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { p.Close() })
-	mux := http.NewServeMux()
+	mux := auth.NewRouter(nil, nil)
 	(&Service{Projector: p}).Register(mux)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		httpx.WriteError(w, http.StatusNotFound, "not_found", "no route")
-	})
 	h := httpx.Canonical(mux)
 	f.Fuzz(func(t *testing.T, target string) {
 		u, err := url.ParseRequestURI(target)

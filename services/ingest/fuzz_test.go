@@ -9,12 +9,14 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/rolloutledger/rolloutledger/events"
-	"github.com/rolloutledger/rolloutledger/services/kafkalog"
+	"github.com/rolloutledger/rolloutledger/internal/httpx"
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 )
 
 // recorder is an Appender that keeps what it was given: inside a fuzz
@@ -73,7 +75,7 @@ func FuzzPostEvents(f *testing.F) {
 	}
 	rec := &recorder{}
 	mux := http.NewServeMux()
-	(&Service{Appender: rec, MaxBodyBytes: 4 << 20}).Register(mux)
+	(&Service{Appender: rec, Bodies: httpx.BodyLimits{MaxBytes: 4 << 20}}).Register(mux)
 	f.Fuzz(func(t *testing.T, body []byte, contentType, traceparent string) {
 		req := httptest.NewRequest(http.MethodPost, "/v1/events", bytes.NewReader(body))
 		req.Header.Set("Content-Type", contentType)
@@ -128,7 +130,7 @@ func FuzzPostEvents(f *testing.F) {
 			for _, h := range r.Headers {
 				switch {
 				case h.Key == "type" && string(h.Value) == string(evs[i].Type):
-				case h.Key == "v" && string(h.Value) == "1":
+				case h.Key == "v" && string(h.Value) == strconv.Itoa(evs[i].V):
 				default:
 					t.Fatalf("record %d carries header %s=%q", i, h.Key, h.Value)
 				}

@@ -9,20 +9,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"mime"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/internal/auth"
+	"github.com/rolloutledger/rolloutledger/internal/httpx"
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/internal/telemetry"
-	"github.com/rolloutledger/rolloutledger/services/auth"
-	"github.com/rolloutledger/rolloutledger/services/httpx"
-	"github.com/rolloutledger/rolloutledger/services/kafkalog"
-	"github.com/segmentio/kafka-go"
 )
 
 // Appender appends records durably and reports where they landed.
@@ -31,30 +28,20 @@ type Appender interface {
 	Append(ctx context.Context, recs []kafkalog.Record) ([]kafkalog.Position, error)
 }
 
-// Defaults of [Service]'s limits.
-const (
-	// DefaultMaxBodyBytes bounds a request body unless configured.
-	DefaultMaxBodyBytes = 64 << 20
-	// DefaultBodyBudget bounds the bytes of all request bodies being read
-	// or decoded at once unless configured. Decoding holds a body, its
-	// events and their canonical records: about three times the budget at
-	// worst.
-	DefaultBodyBudget = 256 << 20
-)
-
 // Service handles the ingest endpoints.
 type Service struct {
 	// Appender receives the canonical records of accepted requests.
 	Appender Appender
 	// Logger receives one line per refused or failed request; nil discards.
 	Logger *slog.Logger
-	// MaxBodyBytes bounds a request body; 0 means DefaultMaxBodyBytes.
-	MaxBodyBytes int64
-	// BodyBudget bounds the bytes of the request bodies handled at once
-	// (each charged its Content-Length, or MaxBodyBytes when chunked); a
-	// request that would pass it is answered 503 with Retry-After. 0 means
-	// DefaultBodyBudget; it is raised to MaxBodyBytes if smaller.
-	BodyBudget int64
+	// Bodies bound the request bodies: one (MaxBytes, default 64 MiB), all
+	// being read or handled at once (Budget, default 256 MiB), one client's
+	// (PerClient; a client is a token and the host it calls from), and the
+	// floor rate below which a body is cut off (see [httpx.BodyLimits]). A
+	// body is charged by the bytes that arrive and held until its request
+	// is answered: decoding holds a body, its events and their canonical
+	// records, about three times the budget at worst.
+	Bodies httpx.BodyLimits
 	// AppendTimeout bounds the wait for Kafka's acknowledgment; 0 means
 	// 30 s. The append is detached from the client's connection, so a client
 	// that goes away does not abandon a half-written request.
@@ -63,6 +50,8 @@ type Service struct {
 	// request's trace context (see [telemetry.Telemetry.HTTPHandler])
 	// reaches the Appender through the request context.
 	Telemetry *telemetry.Telemetry
+
+	bodies *httpx.BodyLimiter // made by Register
 }
 
 // Response is the body of a 200 answer: each event's position, in request
@@ -78,25 +67,49 @@ type Appended struct {
 	Offset    int64  `json:"offset"`
 }
 
+// Routes is where the service registers its routes: an [auth.Router] in
+// the stack, which checks every request's token; a plain http.ServeMux
+// serves without authentication.
+type Routes interface {
+	Handle(pattern string, h http.Handler)
+}
+
+// aroundRoutes is the ability of an [auth.Router] to wrap a route's
+// authorization together with its handler, so that the request counter
+// sees the route's 401s and 403s too.
+type aroundRoutes interface {
+	HandleAround(pattern string, h http.Handler, around func(http.Handler) http.Handler)
+}
+
 // Register adds the service's routes to mux.
-func (s *Service) Register(mux *http.ServeMux) {
-	budget := s.BodyBudget
-	if budget <= 0 {
-		budget = DefaultBodyBudget
+func (s *Service) Register(mux Routes) {
+	o := s.Bodies
+	if o.Key == nil {
+		o.Key = clientKey
 	}
-	budget = max(budget, s.maxBody())
-	mux.Handle("POST /v1/events", s.counted(httpx.LimitBytes(budget, s.maxBody(), http.HandlerFunc(s.postEvents))))
+	s.bodies = httpx.NewBodyLimiter(o)
+	h := http.HandlerFunc(s.postEvents)
+	if a, ok := mux.(aroundRoutes); ok {
+		a.HandleAround("POST /v1/events", h, s.counted)
+		return
+	}
+	mux.Handle("POST /v1/events", s.counted(h))
 }
 
-func (s *Service) maxBody() int64 {
-	if s.MaxBodyBytes <= 0 {
-		return DefaultMaxBodyBytes
+// clientKey names the client of a request for its share of the body
+// budget: the token it authenticated with, if any, and the host it calls
+// from.
+func clientKey(r *http.Request) string {
+	host := httpx.RemoteHost(r)
+	if p := auth.FromContext(r.Context()); p != nil {
+		return p.Name + "@" + host
 	}
-	return s.MaxBodyBytes
+	return host
 }
 
-// counted counts every request by the outcome its status code says, so
-// refusals added around the handler later (authentication) count too.
+// counted counts every request by the outcome its status code says; on an
+// [auth.Router] it wraps the route's authorization too, so 401s and 403s
+// count.
 func (s *Service) counted(h http.Handler) http.Handler {
 	m := telemetry.OrNop(s.Telemetry).Metrics
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -149,32 +162,20 @@ func (s *Service) postEvents(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, http.StatusUnsupportedMediaType, "unsupported_media_type", msg)
 		return
 	}
-	limit := s.maxBody()
-	// A declared length over the bound is refused unread; an undeclared
-	// (chunked) one is cut off as soon as it passes the bound.
-	if r.ContentLength > limit {
-		httpx.WriteError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body of %d bytes, more than %d", r.ContentLength, limit))
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	// The body is charged by what arrives, and held until the answer.
+	body, release, err := s.bodies.Read(w, r)
+	defer release()
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		switch {
-		case errors.As(err, &tooBig):
-			httpx.WriteError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body over %d bytes", limit))
-		case httpx.IsTimeout(err):
-			httpx.WriteError(w, http.StatusRequestTimeout, "timeout", "the request body did not arrive in time")
-		default:
-			// Most often the client went away mid-body; nothing was appended.
-			httpx.WriteError(w, http.StatusBadRequest, "unreadable_body", "reading the request body: "+err.Error())
-		}
-		s.log().Info("request body unread", "remote", r.RemoteAddr, "bytes", len(body), "err", err)
+		s.log().InfoContext(r.Context(), "request body unread", "remote", r.RemoteAddr, "err", err)
+		httpx.WriteBodyError(w, err)
 		return
 	}
-	evs, err := events.DecodeBatch(body)
+	// The canonical records copy each v2 binary field's base64 as
+	// received: strict decoding proved it the one encoding of its values.
+	evs, values, err := events.CanonicalBatch(body)
 	var recs []kafkalog.Record
 	if err == nil {
-		recs, err = records(evs)
+		recs = records(evs, values)
 	}
 	m := telemetry.OrNop(s.Telemetry).Metrics
 	if err != nil {
@@ -185,7 +186,7 @@ func (s *Service) postEvents(w http.ResponseWriter, r *http.Request) {
 	// Authorization is per event and all-or-nothing, like validation: the
 	// token's role must write every event's type, its scope every run.
 	if err := auth.FromContext(r.Context()).AuthorizeEvents(evs); err != nil {
-		s.forbid(w, r, err)
+		s.forbid(w, r, evs, err)
 		return
 	}
 	timeout := s.AppendTimeout
@@ -259,7 +260,7 @@ func (s *Service) refuse(w http.ResponseWriter, r *http.Request, err error) {
 
 // forbid answers 403 to an append holding an event the caller may not
 // write, naming the event and the field (type or run).
-func (s *Service) forbid(w http.ResponseWriter, r *http.Request, err error) {
+func (s *Service) forbid(w http.ResponseWriter, r *http.Request, evs []events.Event, err error) {
 	detail := httpx.ErrorDetail{Code: "forbidden", Message: err.Error()}
 	idx := -1
 	var de *auth.DeniedError
@@ -267,28 +268,29 @@ func (s *Service) forbid(w http.ResponseWriter, r *http.Request, err error) {
 		idx = de.Index
 		detail.Index, detail.Field, detail.Message = &idx, de.Field, de.Detail
 	}
-	s.log().Info("request refused", "remote", r.RemoteAddr, "code", detail.Code, "token", auth.FromContext(r.Context()).Name, "index", idx, "field", detail.Field)
+	auth.LogRefused(r.Context(), s.log(), r, http.StatusForbidden, auth.FromContext(r.Context()), "event "+detail.Field,
+		slog.Int("index", idx), slog.String("field", detail.Field), slog.String("run", deniedRun(evs, idx)))
 	w.Header().Set("WWW-Authenticate", `Bearer realm="rolloutledger", error="insufficient_scope"`)
 	httpx.WriteJSON(w, http.StatusForbidden, httpx.ErrorBody{Error: detail})
 }
 
-// records turns accepted events into Kafka records: canonical value, run as
-// key, and the type and version as headers. The writer adds the trace
-// context.
-func records(evs []events.Event) ([]kafkalog.Record, error) {
-	values, err := events.EncodeBatch(evs)
-	if err != nil {
-		return nil, err
+// deniedRun is the run of the refused event, for the log.
+func deniedRun(evs []events.Event, i int) string {
+	if i < 0 || i >= len(evs) {
+		return ""
 	}
+	return evs[i].Run
+}
+
+// records turns accepted events and their canonical values into Kafka
+// records: the value, run as key, and the type and version as headers. The
+// writer adds the trace context.
+func records(evs []events.Event, values [][]byte) []kafkalog.Record {
 	recs := make([]kafkalog.Record, len(evs))
 	for i, ev := range evs {
-		h := []kafka.Header{
-			{Key: "type", Value: []byte(ev.Type)},
-			{Key: "v", Value: []byte(strconv.Itoa(ev.V))},
-		}
-		recs[i] = kafkalog.Record{Key: []byte(ev.Run), Value: values[i], Headers: h}
+		recs[i] = kafkalog.Record{Key: []byte(ev.Run), Value: values[i], Headers: kafkalog.TypeHeaders(string(ev.Type), ev.V)}
 	}
-	return recs, nil
+	return recs
 }
 
 // countEvents counts a request's events by type, runs of one type at once.

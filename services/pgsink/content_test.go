@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,9 +13,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/internal/testenv"
 	"github.com/rolloutledger/rolloutledger/projections"
-	"github.com/rolloutledger/rolloutledger/services/kafkalog"
 	"github.com/rolloutledger/rolloutledger/services/pgsink"
 )
 
@@ -100,6 +101,13 @@ func TestHostileTextLandsVerbatim(t *testing.T) {
 		facts = append(facts, factRecord(t, task))
 		checks = append(checks, check{"task_gates", task.ID, []string{"name"}, []string{h}})
 		add(events.New(run, "engine-1", at, &events.AttemptFailed{Attempt: "a", Reason: h}), "attempt_failures", []string{"reason"}, h)
+		// Catalogue v2's text.
+		add(events.New(run, "scheduler", at, &events.TaskRegistered{Task: fmt.Sprintf("t/%d:p", i), Source: "src.v2", Kind: "swe",
+			Gates: []events.Gate{}, Prompt: h}), "tasks", []string{"prompt"}, h)
+		add(events.New(run, "engine-1", at, &events.TurnGenerated{Attempt: "a", Turn: i, VersionSegments: events.SingleVersion(0),
+			Finish: events.FinishStop, Text: h}), "turns", []string{"text"}, h)
+		add(events.New(run, "engine-1", at, &events.ToolCalled{Attempt: "a", Turn: i, Tool: "bash", OutputBytes: int64(len(h)),
+			Input: h, Output: h}), "tool_calls", []string{"input", "output"}, h, h)
 		add(events.New(run, "scheduler", at, &events.GroupClosed{Group: "g", Reason: h}), "group_closures", []string{"reason"}, h)
 		add(events.New(run, "verifier", at, &events.RewardComputed{Attempt: "a", Verifier: h}), "rewards", []string{"verifier"}, h)
 		add(events.New(run, "trainer", at, &events.PolicyPublished{Version: int64(i), Checkpoint: h, Digest: h, Precision: h}),
@@ -176,7 +184,7 @@ func TestDuplicatesLandOnce(t *testing.T) {
 		Gates: []events.Gate{{Name: "other", Passed: false}, {Name: "extra", Passed: true}}}
 	grad := events.New(run, "trainer", at, &events.GradientApplied{Step: 1, Batch: 1, BatchDigest: "d", FromVersion: 0, ToVersion: 1,
 		LogprobGap: map[string]float64{"0": 0.05, "1": 0.065}})
-	turn := events.New(run, "engine-1", at, &events.TurnGenerated{Attempt: "a1", Turn: 0, PolicyVersion: 0, PromptTokens: 10,
+	turn := events.New(run, "engine-1", at, &events.TurnGenerated{Attempt: "a1", Turn: 0, VersionSegments: events.SingleVersion(0), PromptTokens: 10,
 		CompletionTokens: 3, TokenIDs: []int32{1, 2, 3}, Logprobs: []float32{-0.1, -0.2, -0.3}, Finish: "stop"})
 	recs := []kafkalog.Record{factRecord(t, task), factRecord(t, grad), factRecord(t, turn), factRecord(t, conflicting),
 		{Key: []byte(run), Value: []byte(`{"not":"a fact"}`)}}
@@ -215,3 +223,81 @@ func TestDuplicatesLandOnce(t *testing.T) {
 		t.Errorf("the sink stored %d records, want %d", st.Records, 2*len(recs)+2)
 	}
 }
+
+// Version 2 facts land with their segments, text and the bytes cut;
+// version 1 facts with one segment, no text and nothing cut. Token ids and
+// log-probs are counted, not stored.
+func TestV2FactsLand(t *testing.T) {
+	kc, _ := testenv.EmbeddedKafka(t, "")
+	if _, err := kafkalog.EnsureTopics(context.Background(), kc); err != nil {
+		t.Fatal(err)
+	}
+	url := testenv.Postgres(t)
+	schema := testenv.Schema(t, url)
+	const run = "v2-run"
+	at := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	v1 := events.New(run, "engine-1", at, &events.TurnGenerated{Attempt: "a", Turn: 0, VersionSegments: events.SingleVersion(3),
+		CompletionTokens: 2, TokenIDs: []int32{1, 2}, Logprobs: []float32{-1, -2}, Finish: events.FinishToolCall})
+	v1.V = 1
+	v2 := events.New(run, "engine-1", at, &events.TurnGenerated{Attempt: "a", Turn: 1, CompletionTokens: 5,
+		VersionSegments:     []events.VersionSegment{{Start: 0, PolicyVersion: 3}, {Start: 2, PolicyVersion: 4}, {Start: 4, PolicyVersion: 6}},
+		ObservationTokenIDs: []int32{9}, TokenIDs: []int32{1, 2, 3, 4, 5}, Logprobs: []float32{-1, -1, -1, -1, -1},
+		Text: "abc", TextCut: 70000, Finish: events.FinishLength})
+	tool := events.New(run, "engine-1", at, &events.ToolCalled{Attempt: "a", Turn: 1, Tool: "bash", OutputBytes: 9000,
+		Input: "make", Output: "ok", OutputCut: 8998})
+	task := events.New(run, "scheduler", at, &events.TaskRegistered{Task: "t", Source: "s", Kind: "swe", Gates: []events.Gate{},
+		Prompt: "Fix it.", PromptCut: 12})
+	appendRecords(t, kc, kc.FactsTopic(), []kafkalog.Record{factRecord(t, v1), factRecord(t, v2), factRecord(t, tool), factRecord(t, task)})
+	runSink(t, kc, url, schema)
+	waitStored(t, url, schema, kc)
+
+	conn := connect(t, url)
+	ctx := context.Background()
+	q := func(table string) string { return pgx.Identifier{schema, table}.Sanitize() }
+	for _, tc := range []struct {
+		id               string
+		policy           int64
+		starts, versions []int64
+		text             *string
+		cut, inline      int64
+	}{
+		{v1.ID, 3, []int64{0}, []int64{3}, nil, 0, 2},
+		{v2.ID, 3, []int64{0, 2, 4}, []int64{3, 4, 6}, ptr("abc"), 70000, 5},
+	} {
+		var policy, cut, inline int64
+		var starts, versions []int64
+		var text *string
+		err := conn.QueryRow(ctx, "SELECT policy_version, segment_starts, segment_versions, text, text_cut, inline_tokens FROM "+q("turns")+
+			" WHERE event_id = $1", tc.id).Scan(&policy, &starts, &versions, &text, &cut, &inline)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if policy != tc.policy || !slices.Equal(starts, tc.starts) || !slices.Equal(versions, tc.versions) ||
+			(text == nil) != (tc.text == nil) || text != nil && *text != *tc.text || cut != tc.cut || inline != tc.inline {
+			t.Errorf("turn %s: got %d %v %v %v %d %d, want %d %v %v %v %d %d", tc.id, policy, starts, versions, text, cut, inline,
+				tc.policy, tc.starts, tc.versions, tc.text, tc.cut, tc.inline)
+		}
+	}
+	var input, output string
+	var inCut, outCut int64
+	if err := conn.QueryRow(ctx, "SELECT input, input_cut, output, output_cut FROM "+q("tool_calls")+" WHERE event_id = $1", tool.ID).
+		Scan(&input, &inCut, &output, &outCut); err != nil {
+		t.Fatal(err)
+	}
+	if input != "make" || inCut != 0 || output != "ok" || outCut != 8998 {
+		t.Errorf("tool call: got %q %d %q %d", input, inCut, output, outCut)
+	}
+	var prompt string
+	var promptCut int64
+	if err := conn.QueryRow(ctx, "SELECT prompt, prompt_cut FROM "+q("tasks")+" WHERE event_id = $1", task.ID).Scan(&prompt, &promptCut); err != nil {
+		t.Fatal(err)
+	}
+	if prompt != "Fix it." || promptCut != 12 {
+		t.Errorf("task: got %q %d", prompt, promptCut)
+	}
+	if n := count(t, conn, schema, "skipped_records"); n != 0 {
+		t.Errorf("%d records skipped", n)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

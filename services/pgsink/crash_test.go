@@ -6,16 +6,16 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
 	"github.com/rolloutledger/rolloutledger/internal/testenv"
+	"github.com/rolloutledger/rolloutledger/internal/testenv/ledgertest"
 	"github.com/rolloutledger/rolloutledger/services/pgsink"
-	"github.com/rolloutledger/rolloutledger/services/simulate"
 )
 
 // storedOffsets sums the schema's consumed offsets: how far it got.
@@ -55,10 +55,7 @@ func TestSinkSurvivesKill9AndPostgresRestart(t *testing.T) {
 	var logs bytes.Buffer
 	start := func(crashAfter int) (*exec.Cmd, chan error) {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), childEnv+"="+spec(kc, url, live))
-		if crashAfter > 0 {
-			cmd.Env = append(cmd.Env, pgsink.CrashEnv+"="+strconv.Itoa(crashAfter))
-		}
+		cmd.Env = append(os.Environ(), childEnv+"="+spec(kc, url, live, crashAfter))
 		cmd.Stdout, cmd.Stderr = &logs, &logs
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -157,7 +154,7 @@ func TestSinkSurvivesKill9AndPostgresRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sameTables(t, conn, live, "clean")
+	ledgertest.SameTables(t, conn, live, "clean", false)
 	t.Logf("%d kills, %d injected crashes before COMMIT, a Postgres crash and restart; %d records; stored offsets after each kill %v",
 		kills, injected, res.Records, progress)
 	if kills+injected < 10 || injected < 2 || !restarted {

@@ -1,5 +1,5 @@
 // Package pgsink is the Postgres projection: it copies every fact and every
-// decision of the ledger into the analysts' read model (DESIGN.md §7), one
+// decision of the ledger into the analysts' read model (docs/design.md §13), one
 // row per fact or decision, seconds after it was acknowledged.
 //
 // # Schema
@@ -13,7 +13,8 @@
 //
 // The sink consumes every partition of the facts and decisions topics from
 // offsets it keeps itself, in the table consumed_offsets, never in Kafka's
-// group offsets. Each transaction stores a window of records and moves the
+// group offsets, through package consumer, whose Store contract a session
+// (one connection) keeps. Each transaction stores a window of records and moves the
 // offsets of their partitions past them:
 //
 //  1. COPY the window's rows into temporary staging tables;
@@ -40,8 +41,9 @@
 //
 // A partition whose log is not the one the stored offsets count in (a
 // development broker re-created under the same topic names) is detected by
-// the fingerprint of the first record the sink read from it and read again
-// from its start; the keys make that harmless.
+// the consumer, from the log end and the fingerprint of the first record
+// the sink stored from it (first_offset, first_sha256), and read again from
+// its start; the keys make that harmless.
 //
 // # Rebuild
 //

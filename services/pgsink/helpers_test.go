@@ -12,14 +12,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/segmentio/kafka-go"
 
+	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
 	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/internal/testenv"
 	"github.com/rolloutledger/rolloutledger/projections"
-	"github.com/rolloutledger/rolloutledger/services/kafkalog"
 	"github.com/rolloutledger/rolloutledger/services/pgsink"
-	"github.com/rolloutledger/rolloutledger/services/simulate"
 	"github.com/rolloutledger/rolloutledger/services/stack"
 )
 
@@ -33,6 +32,8 @@ type childSpec struct {
 	Prefix      string
 	DatabaseURL string
 	Schema      string
+	// CrashAfter is the sink's CrashAfterWindows.
+	CrashAfter int
 }
 
 func TestMain(m *testing.M) {
@@ -54,6 +55,7 @@ func runChild(spec string) int {
 		Kafka:       kafkalog.Config{Brokers: c.Brokers, TopicPrefix: c.Prefix},
 		DatabaseURL: c.DatabaseURL, Schema: c.Schema, Window: 64,
 		MinBackoff: 50 * time.Millisecond, MaxBackoff: 500 * time.Millisecond,
+		CrashAfterWindows: c.CrashAfter,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
@@ -139,7 +141,7 @@ func readLog(t *testing.T, kc kafkalog.Config) *theLog {
 	l := &theLog{facts: map[events.Type]map[string]events.Event{}, byRun: map[string][]projections.Record{},
 		decisions: map[events.Type]map[string]projections.Envelope{}}
 	ctx := context.Background()
-	err := kafkalog.ReadAll(ctx, kc, kc.FactsTopic(), func(m kafka.Message) error {
+	err := kafkalog.ReadAll(ctx, kc, kc.FactsTopic(), func(m kafkalog.Message) error {
 		l.records++
 		ev, err := events.Decode(m.Value)
 		if err != nil {
@@ -157,7 +159,7 @@ func readLog(t *testing.T, kc kafkalog.Config) *theLog {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = kafkalog.ReadAll(ctx, kc, kc.DecisionsTopic(), func(m kafka.Message) error {
+	err = kafkalog.ReadAll(ctx, kc, kc.DecisionsTopic(), func(m kafkalog.Message) error {
 		l.records++
 		var env projections.Envelope
 		if err := json.Unmarshal(m.Value, &env); err != nil {
@@ -196,36 +198,8 @@ func count(t *testing.T, conn *pgx.Conn, schema, table string) int64 {
 	return n
 }
 
-// sameTables fails the test unless every table the sink writes holds the
-// same rows (as multisets) in schemas a and b.
-func sameTables(t *testing.T, conn *pgx.Conn, a, b string) {
-	t.Helper()
-	for _, table := range pgsink.TableNames() {
-		cols := "*"
-		if table == "consumed_offsets" {
-			cols = "topic, partition, next_offset, first_offset, first_sha256"
-		}
-		q := func(x, y string) string {
-			return fmt.Sprintf("SELECT count(*) FROM (SELECT %s FROM %s EXCEPT ALL SELECT %s FROM %s) d",
-				cols, pgx.Identifier{x, table}.Sanitize(), cols, pgx.Identifier{y, table}.Sanitize())
-		}
-		var onlyA, onlyB int64
-		ctx := context.Background()
-		if err := conn.QueryRow(ctx, q(a, b)).Scan(&onlyA); err != nil {
-			t.Fatalf("compare %s: %v", table, err)
-		}
-		if err := conn.QueryRow(ctx, q(b, a)).Scan(&onlyB); err != nil {
-			t.Fatalf("compare %s: %v", table, err)
-		}
-		na, nb := count(t, conn, a, table), count(t, conn, b, table)
-		if onlyA != 0 || onlyB != 0 || na != nb {
-			t.Errorf("table %s: %d rows in %s, %d in %s; %d only in the first, %d only in the second", table, na, a, nb, b, onlyA, onlyB)
-		}
-	}
-}
-
 // spec encodes a child sink's configuration.
-func spec(kc kafkalog.Config, url, schema string) string {
-	b, _ := json.Marshal(childSpec{Brokers: kc.Brokers, Prefix: kc.TopicPrefix, DatabaseURL: url, Schema: schema})
+func spec(kc kafkalog.Config, url, schema string, crashAfter int) string {
+	b, _ := json.Marshal(childSpec{Brokers: kc.Brokers, Prefix: kc.TopicPrefix, DatabaseURL: url, Schema: schema, CrashAfter: crashAfter})
 	return string(b)
 }

@@ -8,9 +8,9 @@ import (
 	"net/url"
 	"testing"
 
+	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
 	"github.com/rolloutledger/rolloutledger/internal/testenv"
 	"github.com/rolloutledger/rolloutledger/services/pgsink"
-	"github.com/rolloutledger/rolloutledger/services/simulate"
 )
 
 // The ledger's Postgres role needs no more than docs/security.md says: a

@@ -1,21 +1,21 @@
 package pgsink
 
 import (
-	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"strconv"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/segmentio/kafka-go"
+
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 
 	"github.com/rolloutledger/rolloutledger/events"
 	"github.com/rolloutledger/rolloutledger/projections"
 )
 
 // kindAuditCheckpoint is the decision committing to a run's history every
-// 10,000 facts (DESIGN.md §6).
+// 10,000 facts (docs/design.md §7.8).
 const kindAuditCheckpoint = "audit.checkpoint"
 
 // rowSet is rows of some records, per table, in record order.
@@ -30,7 +30,7 @@ func (rs *rowSet) add(t tableID, row ...any) {
 // addRecord turns one record of the facts or decisions topic into rows. A
 // record that cannot be stored becomes a skipped_records row, so that it
 // is accounted for and the offsets still move past it.
-func (rs *rowSet) addRecord(m kafka.Message, facts bool) {
+func (rs *rowSet) addRecord(m kafkalog.Message, facts bool) {
 	var reason string
 	if facts {
 		reason = rs.addFact(m)
@@ -51,7 +51,7 @@ func eventUUID(id string) (pgtype.UUID, bool) {
 }
 
 // addFact adds the rows of one fact, or says why it has none.
-func (rs *rowSet) addFact(m kafka.Message) string {
+func (rs *rowSet) addFact(m kafkalog.Message) string {
 	ev, err := events.Decode(m.Value)
 	if err != nil {
 		return "undecodable fact: " + err.Error()
@@ -75,7 +75,7 @@ func (rs *rowSet) addFact(m kafka.Message) string {
 			int32(c.MaxStaleness), c.PassBand[0], c.PassBand[1], int32(c.MinProbes), c.EnforceAdmission,
 			c.PartialCreditCap, c.EfficiencyWeight, c.Advantage, string(declared))...)
 	case *events.TaskRegistered:
-		rs.add(tTasks, common(d.Task, d.Source, d.Kind, int64(d.Tier))...)
+		rs.add(tTasks, common(d.Task, d.Source, d.Kind, int64(d.Tier), nullable(d.Prompt), d.PromptCut)...)
 		for i, g := range d.Gates {
 			rs.add(tTaskGates, id, int32(i), g.Name, g.Passed, part, off)
 		}
@@ -94,11 +94,16 @@ func (rs *rowSet) addFact(m kafka.Message) string {
 	case *events.AttemptFailed:
 		rs.add(tAttemptFailures, common(d.Attempt, d.Reason)...)
 	case *events.TurnGenerated:
-		rs.add(tTurns, common(d.Attempt, int64(d.Turn), d.PolicyVersion, d.PromptTokens, d.CompletionTokens,
-			d.CachedTokens, int64(len(d.ObservationTokenIDs)), int64(len(d.TokenIDs)), d.Finish, d.LatencyMS)...)
+		starts, versions := make([]int64, len(d.VersionSegments)), make([]int64, len(d.VersionSegments))
+		for i, s := range d.VersionSegments {
+			starts[i], versions[i] = s.Start, s.PolicyVersion
+		}
+		rs.add(tTurns, common(d.Attempt, int64(d.Turn), d.PolicyVersion(), d.PromptTokens, d.CompletionTokens,
+			d.CachedTokens, int64(len(d.ObservationTokenIDs)), int64(len(d.TokenIDs)), d.Finish, d.LatencyMS,
+			starts, versions, nullable(d.Text), d.TextCut)...)
 	case *events.ToolCalled:
 		rs.add(tToolCalls, common(d.Attempt, int64(d.Turn), int64(d.Call), d.Tool, int64(d.ExitCode), d.DurationMS,
-			d.OutputBytes, d.ToFile, d.Background, d.TimedOut)...)
+			d.OutputBytes, d.ToFile, d.Background, d.TimedOut, nullable(d.Input), d.InputCut, nullable(d.Output), d.OutputCut)...)
 	case *events.ContextCompacted:
 		rs.add(tCompactions, common(d.Attempt, int64(d.Turn), d.TokensBefore, d.TokensAfter)...)
 	case *events.RewardComputed:
@@ -123,7 +128,7 @@ func (rs *rowSet) addFact(m kafka.Message) string {
 }
 
 // addDecision adds the rows of one decision, or says why it has none.
-func (rs *rowSet) addDecision(m kafka.Message) string {
+func (rs *rowSet) addDecision(m kafkalog.Message) string {
 	var env projections.Envelope
 	if err := json.Unmarshal(m.Value, &env); err != nil {
 		return "undecodable decision: " + err.Error()
@@ -199,7 +204,7 @@ func (rs *rowSet) addBatch(env projections.Envelope, id pgtype.UUID, b *projecti
 				}
 				rs.add(tBatchTurns, env.Run, k, a.Attempt, t.Turn, t.PolicyVersion, t.Staleness, t.Trained, t.Partition, t.Offset, part, off)
 			}
-			// The batch's staleness split (DESIGN.md §5 rule 7), per attempt.
+			// The batch's staleness split (docs/design.md §6.7), per attempt.
 			var inFlight, inQueue any
 			if n := len(a.Turns); n > 0 {
 				first, last := a.Turns[0].PolicyVersion, a.Turns[n-1].PolicyVersion
@@ -219,10 +224,4 @@ func nullable(s string) any {
 		return nil
 	}
 	return s
-}
-
-// fingerprint identifies a record's content.
-func fingerprint(value []byte) []byte {
-	s := sha256.Sum256(value)
-	return s[:]
 }

@@ -6,16 +6,20 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
 
+	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
 	"github.com/rolloutledger/rolloutledger/internal/testenv"
+	"github.com/rolloutledger/rolloutledger/migrations"
 	"github.com/rolloutledger/rolloutledger/services/pgsink"
-	"github.com/rolloutledger/rolloutledger/services/simulate"
 )
 
 // An analyst's login role granted rolloutledger_reader reads every table
@@ -217,5 +221,67 @@ func TestAnotherLogUnderTheSameTopics(t *testing.T) {
 	}
 	if facts != total {
 		t.Errorf("%d facts stored from two logs of %d facts in all", facts, total)
+	}
+}
+
+// The catalogue v2 migration gives the turns stored before it their one
+// segment, at their policy version, and no text.
+func TestCatalogueV2MigrationBackfills(t *testing.T) {
+	url := testenv.Postgres(t)
+	schema := testenv.Schema(t, url)
+	ctx := context.Background()
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["search_path"] = schema
+	db := stdlib.OpenDB(*cfg)
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatal(err)
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS,
+		goose.WithTableName(schema+".goose_db_version"), goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range []int64{0, 7} {
+		if _, err := db.ExecContext(ctx, `INSERT INTO turns (event_id, run, producer, at, log_partition, log_offset, attempt, turn,
+			policy_version, prompt_tokens, completion_tokens, cached_tokens, observation_tokens, inline_tokens, finish, latency_ms)
+			VALUES (gen_random_uuid(), 'r', 'e', now(), 0, $1, 'a', $1, $2, 1, 1, 0, 0, 0, 'stop', 1)`, i, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := pgsink.Migrate(ctx, url, schema, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(res.Applied, 4) {
+		t.Fatalf("applied %v, want 4 among them", res.Applied)
+	}
+	conn := connect(t, url)
+	rows, err := conn.Query(ctx, "SELECT policy_version, segment_starts, segment_versions, text IS NULL, text_cut FROM "+
+		pgx.Identifier{schema, "turns"}.Sanitize()+" ORDER BY log_offset")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for rows.Next() {
+		var v, cut int64
+		var starts, versions []int64
+		var noText bool
+		if err := rows.Scan(&v, &starts, &versions, &noText, &cut); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(starts, []int64{0}) || !slices.Equal(versions, []int64{v}) || !noText || cut != 0 {
+			t.Errorf("turn at version %d: got segments %v %v, no text %v, cut %d", v, starts, versions, noText, cut)
+		}
+		n++
+	}
+	if rows.Err() != nil || n != 2 {
+		t.Fatalf("%d turns read: %v", n, rows.Err())
 	}
 }

@@ -5,20 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"regexp"
-	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/segmentio/kafka-go"
-	"golang.org/x/sync/semaphore"
 
+	"github.com/rolloutledger/rolloutledger/internal/consumer"
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/internal/telemetry"
-	"github.com/rolloutledger/rolloutledger/services/kafkalog"
 )
 
 // DefaultSchema is the schema of the read model unless configured.
@@ -44,6 +40,11 @@ type Options struct {
 	// OnCommit, when set, is called after each committed transaction, from
 	// the sink's goroutine.
 	OnCommit func(Commit)
+	// CrashAfterWindows is fault injection for crash tests: when positive,
+	// the process kills itself (SIGKILL) in its CrashAfterWindows-th
+	// transaction, after the rows and the offsets were written and before
+	// COMMIT.
+	CrashAfterWindows int
 	// Logger; nil discards.
 	Logger *slog.Logger
 	// Telemetry receives the write spans and metrics; nil records nothing.
@@ -63,10 +64,7 @@ type Commit struct {
 }
 
 // TopicPartition names one partition of a topic.
-type TopicPartition struct {
-	Topic     string
-	Partition int
-}
+type TopicPartition = kafkalog.TopicPartition
 
 var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
@@ -125,6 +123,8 @@ type Sink struct {
 	mu      sync.Mutex
 	stored  map[TopicPartition]int64 // as this sink last resumed or committed
 	changed chan struct{}            // closed and replaced when stored changes
+
+	crash func() // the commit point hook of CrashAfterWindows
 }
 
 // New returns a sink; it connects when it runs.
@@ -138,9 +138,11 @@ func New(o Options) (*Sink, error) {
 	if cfg, err := pgx.ParseConfig(o.DatabaseURL); err == nil {
 		database = cfg.Database
 	}
-	return &Sink{o: o, log: o.Logger.With("component", "pgsink", "schema", o.Schema),
+	log := o.Logger.With("component", "pgsink", "schema", o.Schema)
+	return &Sink{o: o, log: log,
 		tel: tel, lag: tel.ConsumerLag(telemetry.ConsumerPgsink), database: database,
-		stored: map[TopicPartition]int64{}, changed: make(chan struct{})}, nil
+		stored: map[TopicPartition]int64{}, changed: make(chan struct{}),
+		crash: consumer.CrashAfter(o.CrashAfterWindows, log)}, nil
 }
 
 // noteStored records offsets this sink resumed from or committed.
@@ -190,207 +192,45 @@ func (s *Sink) Stats() Stats {
 	return Stats{Records: s.records.Load(), Rows: s.rows.Load(), Commits: s.commits.Load(), Failures: s.failures.Load()}
 }
 
+// idleCheck is how long a quiet session waits before it checks that its
+// offsets are still the stored ones (and so that Postgres still answers).
+const idleCheck = time.Second
+
 // Run stores records until ctx ends; it returns nil then. Any failure —
 // Postgres restarting or unreachable, Kafka unreachable, a transaction
 // refused — ends the session: its transaction is rolled back, and after a
 // backoff a new session reconnects and resumes from the offsets stored in
 // Postgres, so nothing is lost and nothing stored twice.
+//
+// The loop is package consumer's: one session reads every partition of
+// both topics and stores windows of up to Window records or WindowBytes
+// bytes, each decoded on every core while the previous one is written.
 func (s *Sink) Run(ctx context.Context) error {
-	pctx, stopPoll := context.WithCancel(ctx)
-	var poll sync.WaitGroup
-	defer poll.Wait()
-	defer stopPoll()
-	poll.Go(func() {
-		s.lag.Poll(pctx, telemetry.LagPollInterval, func(ctx context.Context) (map[string]map[int]int64, error) {
-			out := map[string]map[int]int64{}
-			for _, topic := range []string{s.o.Kafka.FactsTopic(), s.o.Kafka.DecisionsTopic()} {
-				ends, err := kafkalog.EndOffsets(ctx, s.o.Kafka, topic)
-				if err != nil {
-					return nil, err
-				}
-				out[topic] = ends
-			}
-			return out, nil
-		})
+	return consumer.Run(ctx, store{s}, consumer.Options{
+		Kafka:       s.o.Kafka,
+		Topics:      []string{s.o.Kafka.FactsTopic(), s.o.Kafka.DecisionsTopic()},
+		Window:      kafkalog.WindowOptions{MaxRecords: s.o.Window, MaxBytes: s.o.WindowBytes, Idle: idleCheck},
+		MaxWait:     200 * time.Millisecond,
+		Restart:     true,
+		MinBackoff:  s.o.MinBackoff,
+		MaxBackoff:  s.o.MaxBackoff,
+		Lag:         s.lag,
+		Logger:      s.log,
+		CommitPoint: s.crash,
+		OnResume:    s.resumed,
+		OnFailure:   func(error) { s.failures.Add(1) },
 	})
-	backoff := s.o.MinBackoff
-	for {
-		before := s.commits.Load()
-		err := s.session(ctx)
-		if ctx.Err() != nil {
-			return nil
-		}
-		s.failures.Add(1)
-		if s.commits.Load() > before {
-			backoff = s.o.MinBackoff
-		}
-		s.log.Warn("session ended; reconnecting", "err", err, "backoff", backoff)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, s.o.MaxBackoff)
-	}
 }
 
-// received is a record read from one of the topics.
-type received struct {
-	m     kafka.Message
-	facts bool
-	cost  int64 // bytes of the read budget it holds until decoded
-}
-
-// session is one connection's life: prepare, resume from the stored
-// offsets, and store windows until something fails.
-func (s *Sink) session(ctx context.Context) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	conn, err := connect(ctx, s.o.DatabaseURL)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	for i := range tables {
-		if _, err := conn.Exec(ctx, tables[i].createStage(s.o.Schema)); err != nil {
-			return fmt.Errorf("create staging table for %s: %w", tables[i].name, err)
-		}
-	}
-	offsets, err := s.resume(ctx, conn)
-	if err != nil {
-		return err
-	}
+// resumed notes where a session resumed, after the consumer checked that
+// the log is the one the stored offsets count in.
+func (s *Sink) resumed(offsets map[TopicPartition]int64) {
 	var from int64
 	for _, next := range offsets {
 		from += next
 	}
 	s.log.Info("storing", "partitions", len(offsets), "records_stored_before", from)
 	s.noteStored(offsets)
-	for tp, next := range offsets {
-		s.lag.Committed(tp.Topic, tp.Partition, next)
-	}
-
-	// Records read but not yet decoded are bounded in number and in bytes
-	// (turns with inline tokens run to tens of kilobytes each).
-	in := make(chan received, 2*s.o.Window)
-	budget := semaphore.NewWeighted(int64(2 * s.o.WindowBytes))
-	var readers sync.WaitGroup
-	defer readers.Wait()
-	defer cancel(nil)
-	for tp, next := range offsets {
-		facts := tp.Topic == s.o.Kafka.FactsTopic()
-		readers.Go(func() {
-			if err := s.read(ctx, tp, next, facts, budget, in); err != nil {
-				cancel(err)
-			}
-		})
-	}
-
-	// Windows are decoded while the previous one is being written.
-	windows := make(chan *window, 1)
-	var preparing sync.WaitGroup
-	defer preparing.Wait()
-	defer cancel(nil)
-	preparing.Go(func() {
-		defer close(windows)
-		for {
-			batch, err := s.collect(ctx, in)
-			if err != nil {
-				return
-			}
-			win := prepare(batch, s.tel)
-			var cost int64
-			for _, r := range batch {
-				cost += r.cost
-			}
-			budget.Release(cost)
-			select {
-			case windows <- win:
-			case <-ctx.Done():
-				return
-			}
-		}
-	})
-
-	w := &writer{s: s, conn: conn, offsets: offsets}
-	for win := range windows {
-		if win.records == 0 {
-			err = w.verify(ctx)
-		} else {
-			err = w.write(ctx, win)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
-		return cause
-	}
-	return ctx.Err()
-}
-
-// read feeds one partition's records, in order, from next on.
-func (s *Sink) read(ctx context.Context, tp TopicPartition, next int64, facts bool, budget *semaphore.Weighted, out chan<- received) error {
-	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers: s.o.Kafka.Brokers, Topic: tp.Topic, Partition: tp.Partition,
-		MinBytes: 1, MaxBytes: 16 << 20, MaxWait: 200 * time.Millisecond,
-		ReadLagInterval: -1, Dialer: s.o.Kafka.Dialer(),
-	})
-	defer r.Close()
-	if err := r.SetOffset(next); err != nil {
-		return fmt.Errorf("seek %s/%d to %d: %w", tp.Topic, tp.Partition, next, err)
-	}
-	for {
-		m, err := r.ReadMessage(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("read %s/%d: %w", tp.Topic, tp.Partition, err)
-		}
-		cost := min(int64(len(m.Value)), int64(2*s.o.WindowBytes))
-		if err := budget.Acquire(ctx, cost); err != nil {
-			return nil
-		}
-		select {
-		case out <- received{m: m, facts: facts, cost: cost}:
-		case <-ctx.Done():
-			return nil
-		}
-	}
-}
-
-// idleCheck is how long a quiet session waits before it checks that its
-// offsets are still the stored ones (and so that Postgres still answers).
-const idleCheck = time.Second
-
-// collect blocks for one record, then takes what else has arrived, up to
-// the window's bounds: a busy log is stored in large transactions, a quiet
-// one within milliseconds of each record. After idleCheck without a record
-// it returns an empty window.
-func (s *Sink) collect(ctx context.Context, in <-chan received) ([]received, error) {
-	var out []received
-	idle := time.NewTimer(idleCheck)
-	defer idle.Stop()
-	select {
-	case r := <-in:
-		out = append(out, r)
-	case <-idle.C:
-		return nil, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	size := len(out[0].m.Value)
-	for len(out) < s.o.Window && size < s.o.WindowBytes {
-		select {
-		case r := <-in:
-			out = append(out, r)
-			size += len(r.m.Value)
-		default:
-			return out, nil
-		}
-	}
-	return out, nil
 }
 
 // connect opens one connection in which every statement is parsed at
@@ -414,25 +254,4 @@ func connect(ctx context.Context, url string) (*pgx.Conn, error) {
 		return nil, fmt.Errorf("connect to Postgres: %w", err)
 	}
 	return conn, nil
-}
-
-// CrashEnv names the fault-injection knob of the crash tests: when set to
-// N, the process kills itself (SIGKILL) in its N-th transaction, after the
-// rows and the offsets were written and before COMMIT.
-const CrashEnv = "ROLLOUTLEDGER_PGSINK_CRASH_AFTER_WINDOWS"
-
-var crashAfter = func() int64 {
-	n, _ := strconv.ParseInt(os.Getenv(CrashEnv), 10, 64)
-	return n
-}()
-
-var windows atomic.Int64
-
-func (s *Sink) maybeCrash() {
-	if crashAfter <= 0 || windows.Add(1) < crashAfter {
-		return
-	}
-	s.log.Warn("fault injection: killing the process before COMMIT", "env", CrashEnv)
-	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-	select {} // the signal is on its way
 }

@@ -4,25 +4,17 @@ import (
 	"runtime"
 	"sync"
 
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/internal/telemetry"
 )
 
-// window is a run of records read together and stored in one transaction:
-// their rows, and how far each partition they came from advances.
+// window is what the sink prepares of a window of records before its
+// transaction: their rows, decoded.
 type window struct {
 	records int
 	rows    []*rowSet // decoded in parallel: one set per slice of the records
-	adv     map[TopicPartition]*advance
 	// links are the trace contexts of the records, when tracing.
 	links *telemetry.Links
-}
-
-// advance is what a window does to one partition's offset row.
-type advance struct {
-	next, first int64
-	sha         []byte
-	// highWatermark is the highest log end read with a record.
-	highWatermark int64
 }
 
 // decodeSlice is the fewest records worth a goroutine of their own.
@@ -32,26 +24,16 @@ const decodeSlice = 256
 // decoder) is most of the sink's CPU time, so large windows are cut into
 // slices decoded on all cores; a table's rows may then come in any order,
 // which the inserts do not depend on (they sort by log position).
-func prepare(batch []received, tel *telemetry.Telemetry) *window {
-	w := &window{records: len(batch), adv: map[TopicPartition]*advance{}}
+func prepare(batch []kafkalog.Message, factsTopic string, tel *telemetry.Telemetry) *window {
+	w := &window{records: len(batch)}
 	if len(batch) == 0 {
 		return w
 	}
 	if tel.Tracing() {
 		w.links = telemetry.NewLinks(telemetry.MaxLinks)
-		for _, r := range batch {
-			w.links.Add(tel.RecordContext(r.m.Headers))
+		for _, m := range batch {
+			w.links.Add(kafkalog.SpanContext(tel, m.Headers))
 		}
-	}
-	for _, r := range batch {
-		tp := TopicPartition{Topic: r.m.Topic, Partition: r.m.Partition}
-		a := w.adv[tp]
-		if a == nil {
-			a = &advance{first: r.m.Offset, sha: fingerprint(r.m.Value)}
-			w.adv[tp] = a
-		}
-		a.next = r.m.Offset + 1
-		a.highWatermark = max(a.highWatermark, r.m.HighWaterMark)
 	}
 	n := min(runtime.GOMAXPROCS(0), (len(batch)+decodeSlice-1)/decodeSlice)
 	w.rows = make([]*rowSet, n)
@@ -61,8 +43,8 @@ func prepare(batch []received, tel *telemetry.Telemetry) *window {
 		rs := &rowSet{}
 		w.rows[i] = rs
 		wg.Go(func() {
-			for _, r := range batch[lo:hi] {
-				rs.addRecord(r.m, r.facts)
+			for _, m := range batch[lo:hi] {
+				rs.addRecord(m, m.Topic == factsTopic)
 			}
 		})
 	}

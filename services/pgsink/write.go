@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/rolloutledger/rolloutledger/internal/consumer"
 )
 
 // writer stores windows through one connection and keeps the offsets it
@@ -16,12 +18,30 @@ type writer struct {
 	offsets map[TopicPartition]int64
 }
 
+// Prepare decodes a window's rows while the previous window is written.
+func (w *writer) Prepare(cw *consumer.Window) {
+	cw.Prepared = prepare(cw.Records, w.s.o.Kafka.FactsTopic(), w.s.tel)
+}
+
+// Apply stores a prepared window (see write).
+func (w *writer) Apply(ctx context.Context, cw *consumer.Window) error {
+	return w.write(ctx, cw)
+}
+
+// Idle checks the stored offsets while the log is quiet (see verify).
+func (w *writer) Idle(ctx context.Context) error { return w.verify(ctx) }
+
+// Close ends the session's connection; its open transaction, if any, was
+// rolled back.
+func (w *writer) Close() error { return w.conn.Close(context.Background()) }
+
 // write stores one window in one transaction: the rows of every record,
 // then the partitions' next offsets, compared and set (each must still be
 // the offset this session read from, or the transaction is abandoned with
 // ErrOffsetsMoved). So a record's rows are committed exactly when the
 // offset past it is, and never by two sessions.
-func (w *writer) write(ctx context.Context, win *window) (err error) {
+func (w *writer) write(ctx context.Context, cw *consumer.Window) (err error) {
+	win := cw.Prepared.(*window)
 	ctx, span := w.s.startWrite(ctx, win)
 	defer func() { endSpan(span, err) }()
 	start := time.Now()
@@ -48,7 +68,7 @@ func (w *writer) write(ctx context.Context, win *window) (err error) {
 	for _, id := range staged {
 		b.Queue(tables[id].insert(schema))
 	}
-	adv := win.adv
+	adv := cw.Partitions
 	topics := make([]string, 0, len(adv))
 	parts := make([]int32, 0, len(adv))
 	expected := make([]int64, 0, len(adv))
@@ -59,9 +79,9 @@ func (w *writer) write(ctx context.Context, win *window) (err error) {
 		topics = append(topics, tp.Topic)
 		parts = append(parts, int32(tp.Partition))
 		expected = append(expected, w.offsets[tp])
-		next = append(next, a.next)
-		first = append(first, a.first)
-		shas = append(shas, a.sha)
+		next = append(next, a.Next)
+		first = append(first, a.First)
+		shas = append(shas, a.Mark.Fingerprint)
 	}
 	b.Queue(fmt.Sprintf(`UPDATE %s o
 		   SET next_offset = v.next,
@@ -95,7 +115,7 @@ func (w *writer) write(ctx context.Context, win *window) (err error) {
 	if tag.RowsAffected() != int64(len(adv)) {
 		return ErrOffsetsMoved
 	}
-	w.s.maybeCrash()
+	cw.CommitPoint()
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
@@ -109,10 +129,8 @@ func (w *writer) write(ctx context.Context, win *window) (err error) {
 
 	c := Commit{Records: win.records, Rows: inserted, Next: make(map[TopicPartition]int64, len(adv)), At: at}
 	for tp, a := range adv {
-		w.offsets[tp] = a.next
-		c.Next[tp] = a.next
-		w.s.lag.Committed(tp.Topic, tp.Partition, a.next)
-		w.s.lag.Seen(tp.Topic, tp.Partition, a.highWatermark)
+		w.offsets[tp] = a.Next
+		c.Next[tp] = a.Next
 	}
 	w.s.noteStored(c.Next)
 	w.s.records.Add(int64(win.records))

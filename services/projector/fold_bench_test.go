@@ -7,12 +7,11 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/segmentio/kafka-go"
 
+	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
 	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/projections"
-	"github.com/rolloutledger/rolloutledger/services/kafkalog"
-	"github.com/rolloutledger/rolloutledger/services/simulate"
 )
 
 // BenchmarkFoldWindows is the projector's own fold path without Kafka: a
@@ -26,13 +25,13 @@ func BenchmarkFoldWindows(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var msgs []kafka.Message
+	var msgs []kafkalog.Message
 	for i, ev := range plan.All() {
 		v, err := events.Encode(ev)
 		if err != nil {
 			b.Fatal(err)
 		}
-		msgs = append(msgs, kafka.Message{Value: v, Offset: int64(i)})
+		msgs = append(msgs, kafkalog.Message{Value: v, Offset: int64(i)})
 	}
 	for _, window := range []int{100, 2000} {
 		b.Run(fmt.Sprintf("window-%d", window), func(b *testing.B) {

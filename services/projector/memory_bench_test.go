@@ -9,12 +9,11 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/segmentio/kafka-go"
 
+	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
 	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/projections"
-	"github.com/rolloutledger/rolloutledger/services/kafkalog"
-	"github.com/rolloutledger/rolloutledger/services/simulate"
 )
 
 // BenchmarkMemoryVsRunLength folds one long simulated run into Pebble,
@@ -41,13 +40,13 @@ func BenchmarkMemoryVsRunLength(b *testing.B) {
 		b.Logf("%d facts; baseline heap %.1f MiB, RSS %.1f MiB", len(all), heap0, rss0)
 		sealed, next := 0, len(all)/10
 		for lo := 0; lo < len(all); lo += 2000 {
-			window := make([]kafka.Message, 0, 2000)
+			window := make([]kafkalog.Message, 0, 2000)
 			for i := lo; i < min(lo+2000, len(all)); i++ {
 				v, err := events.Encode(all[i])
 				if err != nil {
 					b.Fatal(err)
 				}
-				window = append(window, kafka.Message{Value: v, Offset: int64(i)})
+				window = append(window, kafkalog.Message{Value: v, Offset: int64(i)})
 			}
 			batch := db.NewIndexedBatch()
 			ds, _, err := p.foldInto(batch, folds, window)

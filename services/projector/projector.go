@@ -3,7 +3,8 @@
 // # Exactly once
 //
 // For each partition it owns, the projector reads facts from the offset it
-// stored itself (never Kafka's group offsets), folds a window of them into
+// stored itself (never Kafka's group offsets), through package consumer,
+// whose Store contract its partition sessions keep. It folds a window of them into
 // one Pebble batch — fold state, decisions, samples, and the next offset —
 // writes the window's decisions to the decisions topic with acks=all, and
 // only then commits the batch. A crash before the commit re-reads the
@@ -19,22 +20,19 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"strconv"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
-	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/otel/codes"
 
 	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/internal/consumer"
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/internal/telemetry"
 	"github.com/rolloutledger/rolloutledger/projections"
-	"github.com/rolloutledger/rolloutledger/services/kafkalog"
 )
 
 // Options configure a Projector.
@@ -56,6 +54,12 @@ type Options struct {
 	Logger *slog.Logger
 	// Telemetry receives the spans and metrics; nil records nothing.
 	Telemetry *telemetry.Telemetry
+	// CrashAfterEmits is fault injection for crash tests: when positive,
+	// the process kills itself (SIGKILL) in the CrashAfterEmits-th window
+	// that emitted decisions, after Kafka acknowledged them and before the
+	// state is committed — the one instant where a crash must not lose or
+	// change a decision.
+	CrashAfterEmits int
 }
 
 // DefaultMinFreeBytes is the free space the projector keeps unless
@@ -71,6 +75,7 @@ type Projector struct {
 	db     *pebble.DB
 	out    *kafkalog.Writer
 	notify *broadcast
+	crash  func() // the commit point hook of CrashAfterEmits
 }
 
 // Open opens (or creates) the projector's state.
@@ -101,6 +106,7 @@ func Open(o Options) (*Projector, error) {
 		tel: tel, lag: tel.ConsumerLag(telemetry.ConsumerProjector),
 		out:    kafkalog.NewWriter(o.Kafka, o.Kafka.DecisionsTopic(), kafkalog.WriterOptions{Logger: log, MaxAttempts: 10, Telemetry: tel}),
 		notify: newBroadcast(),
+		crash:  consumer.CrashAfter(o.CrashAfterEmits, log.With("component", "projector")),
 	}, nil
 }
 
@@ -120,44 +126,71 @@ func (p *Projector) Close() error {
 	return errors.Join(p.out.Close(), p.db.Close())
 }
 
+// Window bounds of the projector's consumer: a window collects the
+// records that arrive within quietGap of the previous one, for at most
+// maxWindowAge after its first, so a busy partition folds many records per
+// commit and every decision still leaves within milliseconds of its fact.
+const (
+	maxWindowAge = 10 * time.Millisecond
+	quietGap     = 2 * time.Millisecond
+)
+
 // Run consumes the owned partitions until ctx ends or a partition fails.
+// Each partition is a stream of its own (package consumer): its windows
+// are folded into the Pebble state and committed with the partition's
+// next offset, in parallel with the other partitions'.
 func (p *Projector) Run(ctx context.Context) error {
-	parts := p.o.Partitions
-	if parts == nil {
-		ends, err := kafkalog.EndOffsets(ctx, p.o.Kafka, p.o.Kafka.FactsTopic())
-		if err != nil {
-			return err
-		}
-		for i := range len(ends) {
-			parts = append(parts, i)
-		}
-	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel(nil)
-	topic := p.o.Kafka.FactsTopic()
-	wg.Go(func() {
-		p.lag.Poll(ctx, telemetry.LagPollInterval, func(ctx context.Context) (map[string]map[int]int64, error) {
-			ends, err := kafkalog.EndOffsets(ctx, p.o.Kafka, topic)
-			return map[string]map[int]int64{topic: ends}, err
-		})
-	})
-	var running sync.WaitGroup
-	for _, part := range parts {
-		running.Go(func() {
-			if err := p.runPartition(ctx, part); err != nil && ctx.Err() == nil {
-				cancel(fmt.Errorf("projector: partition %d: %w", part, err))
+	err := consumer.Run(ctx, store{p}, consumer.Options{
+		Kafka:        p.o.Kafka,
+		Topics:       []string{p.o.Kafka.FactsTopic()},
+		Partitions:   p.o.Partitions,
+		PerPartition: true,
+		Window:       kafkalog.WindowOptions{MaxRecords: p.o.Window, QuietGap: quietGap, MaxAge: maxWindowAge},
+		MaxWait:      100 * time.Millisecond,
+		Lag:          p.lag,
+		Logger:       p.log,
+		CommitPoint:  p.crash,
+		OnResume: func(from map[kafkalog.TopicPartition]int64) {
+			for tp, next := range from {
+				p.log.Info("consuming", "partition", tp.Partition, "from", next)
 			}
-		})
-	}
-	running.Wait()
-	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
-		return err
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("projector: %w", err)
 	}
 	return nil
 }
+
+// store is the projector's state as the consumer sees it: a partition's
+// session folds its windows into Pebble.
+type store struct{ p *Projector }
+
+func (s store) Open(_ context.Context, parts []kafkalog.TopicPartition) (consumer.Session, map[kafkalog.TopicPartition]consumer.Stored, error) {
+	if len(parts) != 1 {
+		return nil, nil, fmt.Errorf("projector: a session folds one partition, not %d", len(parts))
+	}
+	next, err := s.p.Offset(parts[0].Partition)
+	if err != nil {
+		return nil, nil, err
+	}
+	sess := &session{p: s.p, part: parts[0].Partition, folds: map[string]*projections.Fold{}}
+	return sess, map[kafkalog.TopicPartition]consumer.Stored{parts[0]: {Next: next}}, nil
+}
+
+// session folds one partition. It keeps the runs' folds between windows:
+// a fold holds no state of its own besides what it reads from the Store.
+type session struct {
+	p     *Projector
+	part  int
+	folds map[string]*projections.Fold
+}
+
+func (s *session) Apply(ctx context.Context, w *consumer.Window) error {
+	return s.p.foldWindow(ctx, s.part, s.folds, w)
+}
+
+func (s *session) Close() error { return nil }
 
 func offsetKey(topic string, part int) []byte {
 	k := append([]byte{nsOffset}, topic...)
@@ -174,67 +207,10 @@ func (p *Projector) Offset(part int) (int64, error) {
 	return int64(binary.BigEndian.Uint64(v)), nil
 }
 
-func (p *Projector) runPartition(ctx context.Context, part int) error {
-	next, err := p.Offset(part)
-	if err != nil {
-		return err
-	}
-	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers: p.o.Kafka.Brokers, Topic: p.o.Kafka.FactsTopic(), Partition: part,
-		MinBytes: 1, MaxBytes: 16 << 20, MaxWait: 100 * time.Millisecond,
-		Dialer: p.o.Kafka.Dialer(),
-	})
-	defer r.Close()
-	if err := r.SetOffset(next); err != nil {
-		return err
-	}
-	folds := map[string]*projections.Fold{}
-	log := p.log.With("partition", part)
-	log.Info("consuming", "from", next)
-	p.lag.Committed(p.o.Kafka.FactsTopic(), part, next)
-	for {
-		window, err := readWindow(ctx, r, p.o.Window)
-		if err != nil {
-			return err
-		}
-		if err := p.foldWindow(ctx, part, folds, window); err != nil {
-			return err
-		}
-	}
-}
-
-// maxWindowAge bounds how long a window collects records after its first:
-// a decision waits at most this long, plus the fold and the commit, before
-// it leaves, however busy the partition.
-const maxWindowAge = 10 * time.Millisecond
-
-// readWindow blocks for one record, then takes whatever else arrives within
-// 2 ms of the previous one, up to max records and maxWindowAge, so a busy
-// partition folds many records per commit and every decision still leaves
-// within milliseconds.
-func readWindow(ctx context.Context, r *kafka.Reader, max int) ([]kafka.Message, error) {
-	m, err := r.ReadMessage(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := []kafka.Message{m}
-	deadline := time.Now().Add(maxWindowAge)
-	for len(out) < max && time.Now().Before(deadline) {
-		quick, cancel := context.WithTimeout(ctx, 2*time.Millisecond)
-		m, err := r.ReadMessage(quick)
-		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			break
-		}
-		out = append(out, m)
-	}
-	return out, nil
-}
-
-func (p *Projector) foldWindow(ctx context.Context, part int, folds map[string]*projections.Fold, window []kafka.Message) error {
+// foldWindow folds a window into one Pebble batch with the partition's
+// next offset, emits its decisions, and only then commits the batch.
+func (p *Projector) foldWindow(ctx context.Context, part int, folds map[string]*projections.Fold, w *consumer.Window) error {
+	window := w.Records
 	ctx, span := p.startProcess(ctx, part, window)
 	defer span.End()
 	b := p.db.NewBatch()
@@ -261,13 +237,13 @@ func (p *Projector) foldWindow(ctx context.Context, part int, folds map[string]*
 		return err
 	}
 	acked := time.Now()
-	p.maybeCrash(len(decided))
+	if len(decided) > 0 {
+		w.CommitPoint()
+	}
 	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("commit state: %w", err)
 	}
 	p.log.DebugContext(ctx, "window committed", "partition", part, "next", last+1, "facts", len(window), "decisions", len(decided))
-	p.lag.Committed(p.o.Kafka.FactsTopic(), part, last+1)
-	p.lag.Seen(p.o.Kafka.FactsTopic(), part, window[len(window)-1].HighWaterMark)
 	p.record(ctx, part, window, decided, causes, acked)
 	if len(decided) > 0 {
 		p.notify.fire()
@@ -280,7 +256,7 @@ func (p *Projector) foldWindow(ctx context.Context, part int, folds map[string]*
 // for each, the index in window of the record that caused it. The fold
 // reads and writes its state in a window over the database, which goes
 // into b once, at the end.
-func (p *Projector) foldInto(b *pebble.Batch, folds map[string]*projections.Fold, window []kafka.Message) ([]projections.Decision, []int, error) {
+func (p *Projector) foldInto(b *pebble.Batch, folds map[string]*projections.Fold, window []kafkalog.Message) ([]projections.Decision, []int, error) {
 	var decided []projections.Decision
 	var causes []int
 	ws := newWindow(p.db)
@@ -316,7 +292,18 @@ func (p *Projector) foldInto(b *pebble.Batch, folds map[string]*projections.Fold
 				return nil, nil, err
 			}
 			if d.Samples != nil {
-				if err := b.Set(samplesKey(d.Run, d.Seq), d.Samples, nil); err != nil {
+				if err := storeSamples(b, d.Run, d.Seq, d.Samples); err != nil {
+					return nil, nil, fmt.Errorf("batch %d of %s: %w", d.Seq, d.Run, err)
+				}
+			}
+			if d.Kind == projections.KindBatchSealed {
+				// Stored as the API serves it, so that a GET copies bytes
+				// instead of decoding the decision.
+				m, err := manifestData(d.Value)
+				if err != nil {
+					return nil, nil, fmt.Errorf("batch %d of %s: %w", d.Seq, d.Run, err)
+				}
+				if err := b.Set(manifestKey(d.Run, d.Seq), m, nil); err != nil {
 					return nil, nil, err
 				}
 			}
@@ -339,9 +326,7 @@ func (p *Projector) emit(ctx context.Context, ds []projections.Decision) error {
 	}
 	recs := make([]kafkalog.Record, len(ds))
 	for i, d := range ds {
-		recs[i] = kafkalog.Record{Key: []byte(d.Run), Value: d.Value, Headers: []kafka.Header{
-			{Key: "type", Value: []byte(d.Kind)}, {Key: "v", Value: []byte("1")},
-		}}
+		recs[i] = kafkalog.Record{Key: []byte(d.Run), Value: d.Value, Headers: kafkalog.TypeHeaders(string(d.Kind), 1)}
 	}
 	backoff := 100 * time.Millisecond
 	for {
@@ -349,7 +334,7 @@ func (p *Projector) emit(ctx context.Context, ds []projections.Decision) error {
 		if err == nil {
 			return nil
 		}
-		if errors.Is(err, kafka.MessageSizeTooLarge) {
+		if errors.Is(err, kafkalog.ErrRecordTooLarge) {
 			// No retry can succeed: stop, loudly, with nothing committed,
 			// so a restart after raising the limit resumes exactly here.
 			big := 0
@@ -419,32 +404,55 @@ func decisionKey(run string, kind events.Type, seq uint64) []byte {
 	return binary.BigEndian.AppendUint64(k, seq)
 }
 
-func samplesKey(run string, seq uint64) []byte {
-	k := append([]byte{nsSamples}, run...)
+func manifestKey(run string, seq uint64) []byte {
+	k := append([]byte{nsManifest}, run...)
 	k = append(k, 0)
 	return binary.BigEndian.AppendUint64(k, seq)
 }
 
-// CrashEnv names the fault-injection knob of crash tests: when set to N,
-// the process kills itself (SIGKILL) after the N-th window that emitted
-// decisions, between the decisions' acknowledgment and the state commit —
-// the one instant where a crash must not lose or change a decision.
-const CrashEnv = "ROLLOUTLEDGER_PROJECTOR_CRASH_AFTER_EMITS"
+// SampleChunkBytes is the size a stored chunk of samples grows to before
+// the next sample starts a new one (a sample larger than that is a chunk of
+// its own). Chunks let the API stream a batch of millions of tokens a
+// chunk at a time, each small enough for Pebble's block cache.
+const SampleChunkBytes = 1 << 20
 
-var crashAfter = func() int64 {
-	n, _ := strconv.ParseInt(os.Getenv(CrashEnv), 10, 64)
-	return n
-}()
+func samplesKey(run string, seq uint64, chunk uint32) []byte {
+	return binary.BigEndian.AppendUint32(batchKey(nsSamples, run, seq), chunk)
+}
 
-var emits atomic.Int64
-
-func (p *Projector) maybeCrash(decided int) {
-	if crashAfter <= 0 || decided == 0 || emits.Add(1) < crashAfter {
-		return
+// storeSamples writes a batch's canonical samples as chunks of whole
+// samples, numbered from 0; their concatenation is the canonical form.
+func storeSamples(b *pebble.Batch, run string, seq uint64, canonical []byte) error {
+	r := projections.NewSampleReader(canonical)
+	start, end, chunk := 0, 0, uint32(0)
+	put := func() error {
+		err := b.Set(samplesKey(run, seq, chunk), canonical[start:end], nil)
+		start, chunk = end, chunk+1
+		return err
 	}
-	p.log.Warn("fault injection: killing the process between emit and commit", "env", CrashEnv)
-	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-	select {} // the signal is on its way
+	for r.Next() {
+		if end-start >= SampleChunkBytes {
+			if err := put(); err != nil {
+				return err
+			}
+		}
+		end = r.Offset()
+	}
+	if err := r.Err(); err != nil {
+		return err
+	}
+	if end > start || chunk == 0 {
+		return put()
+	}
+	return nil
+}
+
+func legacySamplesKey(run string, seq uint64) []byte { return batchKey(nsLegacySamples, run, seq) }
+
+func batchKey(ns byte, run string, seq uint64) []byte {
+	k := append([]byte{ns}, run...)
+	k = append(k, 0)
+	return binary.BigEndian.AppendUint64(k, seq)
 }
 
 // broadcast wakes every waiter when new decisions are committed.

@@ -3,7 +3,6 @@ package projector_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,14 +19,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
-
-	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/internal/testenv"
-	"github.com/rolloutledger/rolloutledger/projections"
-	"github.com/rolloutledger/rolloutledger/services/kafkalog"
+	"github.com/rolloutledger/rolloutledger/internal/testenv/ledgertest"
 	"github.com/rolloutledger/rolloutledger/services/projector"
-	"github.com/rolloutledger/rolloutledger/services/simulate"
 	"github.com/rolloutledger/rolloutledger/services/stack"
 )
 
@@ -42,15 +38,21 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// runChild runs a projector from a "brokers|prefix|dir" spec, folding
-// small windows so that a run makes many commits to crash between.
+// runChild runs a projector from a "brokers|prefix|dir|crashAfterEmits"
+// spec, folding small windows so that a run makes many commits to crash
+// between.
 func runChild(spec string) int {
 	parts := strings.Split(spec, "|")
+	crashAfter, err := strconv.Atoi(parts[3])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child: crash after:", err)
+		return 1
+	}
 	kc := kafkalog.Config{Brokers: strings.Split(parts[0], ","), TopicPrefix: parts[1]}
 	// The parent times its kills from the first committed window, logged on
 	// stderr at debug level.
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	p, err := projector.Open(projector.Options{Kafka: kc, Dir: parts[2], Window: 64, Logger: log})
+	p, err := projector.Open(projector.Options{Kafka: kc, Dir: parts[2], Window: 64, Logger: log, CrashAfterEmits: crashAfter})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 1
@@ -86,75 +88,6 @@ func small(run string, seed uint64) simulate.Options {
 	return simulate.Options{Run: run, Seed: seed, Tasks: 24, Steps: 3, BatchGroups: 4, Workers: 4, MaxTurns: 60}
 }
 
-// reference folds every fact of the topic offline, run by run in log
-// order: what any correct projector must have decided.
-func reference(t *testing.T, kc kafkalog.Config) map[string][]byte {
-	t.Helper()
-	byRun := map[string][]projections.Record{}
-	err := kafkalog.ReadAll(context.Background(), kc, kc.FactsTopic(), func(m kafka.Message) error {
-		ev, err := events.Decode(m.Value)
-		if err != nil {
-			return err
-		}
-		byRun[ev.Run] = append(byRun[ev.Run], projections.Record{Value: m.Value, Event: ev, Partition: int32(m.Partition), Offset: m.Offset})
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string][]byte{}
-	for run, recs := range byRun {
-		ds, err := projections.FoldAll(run, recs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, d := range ds {
-			out[d.ID] = d.Value
-		}
-	}
-	return out
-}
-
-// decisionsOnTopic reads the decisions topic, failing on an id seen with
-// two different values: re-emissions must be byte-identical.
-func decisionsOnTopic(t *testing.T, kc kafkalog.Config) (map[string][]byte, int) {
-	t.Helper()
-	out, records := map[string][]byte{}, 0
-	err := kafkalog.ReadAll(context.Background(), kc, kc.DecisionsTopic(), func(m kafka.Message) error {
-		var env struct{ ID string }
-		if err := json.Unmarshal(m.Value, &env); err != nil {
-			return err
-		}
-		records++
-		if prev, ok := out[env.ID]; ok && !bytes.Equal(prev, m.Value) {
-			return fmt.Errorf("decision %s re-emitted with different bytes:\n first %s\n later %s", env.ID, prev, m.Value)
-		}
-		out[env.ID] = m.Value
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out, records
-}
-
-func sameDecisions(t *testing.T, got, want map[string][]byte) {
-	t.Helper()
-	for id, w := range want {
-		g, ok := got[id]
-		if !ok {
-			t.Errorf("decision %s missing: %.200s", id, w)
-		} else if !bytes.Equal(g, w) {
-			t.Errorf("decision %s differs:\n got %.300s\nwant %.300s", id, g, w)
-		}
-	}
-	for id, g := range got {
-		if _, ok := want[id]; !ok {
-			t.Errorf("unexpected decision %s: %.200s", id, g)
-		}
-	}
-}
-
 // Kill -9 the projector at 20+ random points while a run is ingested,
 // restarting it each time on the same state; some kills land exactly
 // between the decisions' acknowledgment and the state commit. The
@@ -187,10 +120,7 @@ func TestProjectorSurvivesKill9(t *testing.T) {
 			var logs testenv.LogBuffer
 			start := func(crashAfter int) (*exec.Cmd, <-chan struct{}) {
 				cmd := exec.Command(os.Args[0], "-test.run=^$")
-				cmd.Env = append(os.Environ(), childEnv+"="+spec)
-				if crashAfter > 0 {
-					cmd.Env = append(cmd.Env, projector.CrashEnv+"="+strconv.Itoa(crashAfter))
-				}
+				cmd.Env = append(os.Environ(), childEnv+"="+spec+"|"+strconv.Itoa(crashAfter))
 				ready := &readyWriter{w: &logs, mark: `msg="window committed"`, ready: make(chan struct{})}
 				cmd.Stdout, cmd.Stderr = &logs, ready
 				if err := cmd.Start(); err != nil {
@@ -235,7 +165,7 @@ func TestProjectorSurvivesKill9(t *testing.T) {
 				}
 			}
 			<-pushed
-			want := reference(t, kc)
+			want := ledgertest.Reference(t, kc)
 			final, _ := start(0)
 			defer func() {
 				_ = final.Process.Signal(os.Interrupt)
@@ -247,10 +177,10 @@ func TestProjectorSurvivesKill9(t *testing.T) {
 			var got map[string][]byte
 			var records int
 			testenv.CheckFor(t, 90*time.Second, "the restarted projector catches up", func() bool {
-				got, records = decisionsOnTopic(t, kc)
+				got, records = ledgertest.Decisions(t, kc)
 				return len(got) >= len(want)
 			})
-			sameDecisions(t, got, want)
+			ledgertest.SameDecisions(t, got, want)
 			t.Logf("%d kills, %d injected crashes between emit and commit; %d decisions, %d records (duplicates from re-emission: %d)",
 				kills, injected, len(want), records, records-len(got))
 			if kills+injected < 20 {
@@ -305,7 +235,7 @@ func TestTwoInstancesSplitPartitions(t *testing.T) {
 			if !used[0] || !used[1] {
 				t.Fatalf("runs %v all landed in one half of the partitions %v; pick other names", runs, ends)
 			}
-			want := reference(t, kc)
+			want := ledgertest.Reference(t, kc)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			done := make(chan error, 2)
@@ -318,7 +248,7 @@ func TestTwoInstancesSplitPartitions(t *testing.T) {
 			}
 			var got map[string][]byte
 			testenv.CheckFor(t, 60*time.Second, "both instances catch up", func() bool {
-				got, _ = decisionsOnTopic(t, kc)
+				got, _ = ledgertest.Decisions(t, kc)
 				return len(got) >= len(want)
 			})
 			cancel()
@@ -327,7 +257,7 @@ func TestTwoInstancesSplitPartitions(t *testing.T) {
 					t.Errorf("instance: %v", err)
 				}
 			}
-			sameDecisions(t, got, want)
+			ledgertest.SameDecisions(t, got, want)
 		})
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -19,9 +21,73 @@ func (p *Projector) Decision(run string, kind events.Type, seq uint64) ([]byte, 
 	return get(p.db, decisionKey(run, kind, seq))
 }
 
-// Samples returns the materialized samples (NDJSON) of a sealed batch.
-func (p *Projector) Samples(run string, seq uint64) ([]byte, bool, error) {
-	return get(p.db, samplesKey(run, seq))
+// Manifest returns the manifest of a run's seq-th sealed batch as the API
+// serves it: the data of its batch.sealed decision.
+func (p *Projector) Manifest(run string, seq uint64) ([]byte, bool, error) {
+	m, ok, err := get(p.db, manifestKey(run, seq))
+	if err != nil || ok {
+		return m, ok, err
+	}
+	// State committed before manifests were stored on their own holds
+	// only the decision.
+	v, ok, err := p.Decision(run, projections.KindBatchSealed, seq)
+	if err != nil || !ok {
+		return nil, ok, err
+	}
+	m, err = manifestData(v)
+	return m, err == nil, err
+}
+
+// WaitManifest returns the manifest of a run's seq-th sealed batch as soon
+// as it is committed, or ok=false when wait passes first.
+func (p *Projector) WaitManifest(ctx context.Context, run string, seq uint64, wait time.Duration) ([]byte, bool, error) {
+	if _, ok, err := p.WaitDecision(ctx, run, projections.KindBatchSealed, seq, wait); err != nil || !ok {
+		return nil, ok, err
+	}
+	return p.Manifest(run, seq)
+}
+
+// manifestData is the data of a batch.sealed record: the manifest itself,
+// its bytes as they are in the record.
+func manifestData(value []byte) (json.RawMessage, error) {
+	var d struct {
+		Data json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(value, &d); err != nil {
+		return nil, fmt.Errorf("projector: stored decision does not decode: %w", err)
+	}
+	return d.Data, nil
+}
+
+// SampleChunks calls fn with each stored chunk of a sealed batch's
+// samples, in order: whole samples of the canonical binary form
+// (projections/samples.go), whose concatenation the digest of rule version
+// 2 and later covers. A chunk is valid only during its call. found is
+// false when the batch has no such samples: not sealed, or sealed under
+// rule version 1 (LegacySamples).
+func (p *Projector) SampleChunks(run string, seq uint64, fn func(chunk []byte) error) (found bool, err error) {
+	for i := uint32(0); ; i++ {
+		v, c, err := p.db.Get(samplesKey(run, seq, i))
+		if errors.Is(err, pebble.ErrNotFound) {
+			return i > 0, nil
+		}
+		if err != nil {
+			return i > 0, err
+		}
+		err = fn(v)
+		if cerr := c.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return true, err
+		}
+	}
+}
+
+// LegacySamples returns the NDJSON samples a projector of rule version 1
+// stored for a batch, which that version's digest covered.
+func (p *Projector) LegacySamples(run string, seq uint64) ([]byte, bool, error) {
+	return get(p.db, legacySamplesKey(run, seq))
 }
 
 // WaitDecision returns the seq-th decision of a kind as soon as it is

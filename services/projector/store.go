@@ -12,14 +12,18 @@ import (
 //	o <topic> 0x00 <partition:4>         next offset to consume (8 bytes, big endian)
 //	s <run> 0x00 <fold key>              the fold's own state for a run
 //	d <run> 0x00 <kind> 0x00 <seq:8>     a decision's record value
-//	m <run> 0x00 <seq:8>                 a sealed batch's samples (NDJSON)
+//	c <run> 0x00 <seq:8> <chunk:4>       a sealed batch's samples, canonical binary (projections/samples.go), in chunks of whole samples
+//	m <run> 0x00 <seq:8>                 a batch's samples as NDJSON, as rule version 1 stored them (read only)
+//	b <run> 0x00 <seq:8>                 a sealed batch's manifest as served: the data of its batch.sealed
 //	r <run>                              run index: first-seen order (8 bytes)
 const (
-	nsOffset   = 'o'
-	nsState    = 's'
-	nsDecision = 'd'
-	nsSamples  = 'm'
-	nsRun      = 'r'
+	nsOffset        = 'o'
+	nsState         = 's'
+	nsDecision      = 'd'
+	nsSamples       = 'c'
+	nsLegacySamples = 'm'
+	nsManifest      = 'b'
+	nsRun           = 'r'
 )
 
 // get copies a value out of Pebble, which only lends it until the closer

@@ -6,10 +6,11 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/otel/attribute"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 
 	"github.com/rolloutledger/rolloutledger/internal/telemetry"
 	"github.com/rolloutledger/rolloutledger/projections"
@@ -22,13 +23,13 @@ const maxSealLinks = 16
 // startProcess starts the consumer span of a window, linked to the trace
 // context of (at most telemetry.MaxLinks of) its records. With tracing off
 // it does nothing, not even read the headers.
-func (p *Projector) startProcess(ctx context.Context, part int, window []kafka.Message) (context.Context, trace.Span) {
+func (p *Projector) startProcess(ctx context.Context, part int, window []kafkalog.Message) (context.Context, trace.Span) {
 	if !p.tel.Tracing() {
 		return ctx, trace.SpanFromContext(ctx)
 	}
 	links := telemetry.NewLinks(telemetry.MaxLinks)
 	for i := range window {
-		links.Add(p.tel.RecordContext(window[i].Headers))
+		links.Add(kafkalog.SpanContext(p.tel, window[i].Headers))
 	}
 	topic := p.o.Kafka.FactsTopic()
 	return p.tel.Tracer().Start(ctx, "process "+topic,
@@ -59,7 +60,7 @@ func (s seals) end() {
 // startSeals starts a span per batch.sealed decision of the window, child
 // of the window's span and linked to the fact that completed the batch (and
 // to other facts of its run in the window).
-func (p *Projector) startSeals(ctx context.Context, window []kafka.Message, decided []projections.Decision, causes []int) seals {
+func (p *Projector) startSeals(ctx context.Context, window []kafkalog.Message, decided []projections.Decision, causes []int) seals {
 	if !p.tel.Tracing() {
 		return nil
 	}
@@ -70,10 +71,10 @@ func (p *Projector) startSeals(ctx context.Context, window []kafka.Message, deci
 		}
 		cause := window[causes[i]]
 		links := telemetry.NewLinks(maxSealLinks)
-		links.Add(p.tel.RecordContext(cause.Headers))
+		links.Add(kafkalog.SpanContext(p.tel, cause.Headers))
 		for j := causes[i] - 1; j >= 0; j-- {
 			if string(window[j].Key) == d.Run {
-				links.Add(p.tel.RecordContext(window[j].Headers))
+				links.Add(kafkalog.SpanContext(p.tel, window[j].Headers))
 			}
 		}
 		_, span := p.tel.Tracer().Start(ctx, "seal batch",
@@ -93,7 +94,7 @@ func (p *Projector) startSeals(ctx context.Context, window []kafka.Message, deci
 // record counts a committed window: facts folded, decisions by type, and
 // what the sealed batches and findings say. acked is when Kafka
 // acknowledged the window's decisions.
-func (p *Projector) record(ctx context.Context, part int, window []kafka.Message, decided []projections.Decision, causes []int, acked time.Time) {
+func (p *Projector) record(ctx context.Context, part int, window []kafkalog.Message, decided []projections.Decision, causes []int, acked time.Time) {
 	m := p.tel.Metrics
 	m.FactsFolded(ctx, part, len(window))
 	for i := 0; i < len(decided); {

@@ -10,8 +10,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/internal/testenv"
-	"github.com/rolloutledger/rolloutledger/services/kafkalog"
 	"github.com/rolloutledger/rolloutledger/services/projector"
 )
 

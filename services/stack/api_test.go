@@ -4,17 +4,25 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+
+	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
+	"github.com/rolloutledger/rolloutledger/events"
 	"github.com/rolloutledger/rolloutledger/internal/testenv"
+	"github.com/rolloutledger/rolloutledger/internal/testenv/ledgertest"
 	"github.com/rolloutledger/rolloutledger/projections"
-	"github.com/rolloutledger/rolloutledger/services/simulate"
 	"github.com/rolloutledger/rolloutledger/services/stack"
 )
 
@@ -27,6 +35,60 @@ func get(t *testing.T, url string) (int, []byte) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, b
+}
+
+func getAccept(t *testing.T, url, accept string) (int, []byte, http.Header) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", accept)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, resp.Header
+}
+
+// canonicalOfArrow reads an Arrow IPC stream of samples back into their
+// canonical binary form, and returns its schema's metadata.
+func canonicalOfArrow(t *testing.T, body []byte) ([]byte, map[string]string) {
+	t.Helper()
+	r, err := ipc.NewReader(bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Release()
+	var out []byte
+	for r.Next() {
+		rec := r.RecordBatch()
+		ids, mask := rec.Column(4).(*array.List), rec.Column(5).(*array.List)
+		lps, vers := rec.Column(6).(*array.List), rec.Column(7).(*array.List)
+		for i := range int(rec.NumRows()) {
+			from, to := ids.ValueOffsets(i)
+			s := projections.Sample{Group: rec.Column(0).(*array.String).Value(i), Attempt: rec.Column(1).(*array.String).Value(i),
+				Segment: int64(rec.Column(2).(*array.Int32).Value(i)), Advantage: rec.Column(3).(*array.Float64).Value(i),
+				TokenIDs:        ids.ListValues().(*array.Int32).Int32Values()[from:to],
+				LossMask:        mask.ListValues().(*array.Uint8).Uint8Values()[from:to],
+				RolloutLogprobs: lps.ListValues().(*array.Float32).Float32Values()[from:to],
+				PolicyVersions:  vers.ListValues().(*array.Int64).Int64Values()[from:to]}
+			if out, err = projections.AppendSample(out, &s); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := r.Err(); err != nil {
+		t.Fatal(err)
+	}
+	meta := map[string]string{}
+	md := r.Schema().Metadata()
+	for i, k := range md.Keys() {
+		meta[k] = md.Values()[i]
+	}
+	return out, meta
 }
 
 // The trainer's interface end to end: a simulated run with a trainer that
@@ -50,7 +112,7 @@ func TestTrainerInterface(t *testing.T) {
 		t.Errorf("next returned after %v, before its wait", waited)
 	}
 
-	opts := simulate.Options{URL: s.URL(), Run: run, Seed: 5, Tasks: 24, Steps: 3, BatchGroups: 4, MaxTurns: 60, Trainer: true}
+	opts := simulate.Options{URL: s.URL(), Run: run, Seed: 5, Tasks: 24, Steps: 3, BatchGroups: 4, MaxTurns: 60, Trainer: true, Tokens: true}
 	plan, err := simulate.Generate(opts, run)
 	if err != nil {
 		t.Fatal(err)
@@ -63,10 +125,24 @@ func TestTrainerInterface(t *testing.T) {
 		t.Fatalf("trainer took %d steps, want 3", len(res.Steps))
 	}
 
+	decided, _ := ledgertest.Decisions(t, kc)
 	for _, st := range res.Steps {
 		code, body := get(t, fmt.Sprintf("%s/v1/runs/%s/batches/%d", s.URL(), run, st.Step))
 		if code != 200 {
 			t.Fatalf("batch %d: %d %s", st.Step, code, body)
+		}
+		// The manifest is served byte for byte as the batch.sealed
+		// decision on the topic holds it, and the long poll serves the
+		// same bytes.
+		var env projections.Envelope
+		if err := json.Unmarshal(decided[events.DecisionID(run, projections.KindBatchSealed, uint64(st.Step))], &env); err != nil {
+			t.Fatalf("batch %d: the decision on the topic: %v", st.Step, err)
+		}
+		if want := append(env.Data, '\n'); !bytes.Equal(body, want) {
+			t.Errorf("batch %d: served %.120q, want the decision's data %.120q", st.Step, body, want)
+		}
+		if _, next := get(t, fmt.Sprintf("%s/v1/runs/%s/batches/next?after=%d&wait=1s", s.URL(), run, st.Step-1)); !bytes.Equal(next, body) {
+			t.Errorf("batch %d: next served %.120q, batches/%d %.120q", st.Step, next, st.Step, body)
 		}
 		var m projections.Manifest
 		if err := json.Unmarshal(body, &m); err != nil {
@@ -103,6 +179,28 @@ func TestTrainerInterface(t *testing.T) {
 		}
 		if lines != st.SampleLines || lines < len(adv) {
 			t.Errorf("batch %d: %d sample lines, trainer saw %d, attempts %d", st.Step, lines, st.SampleLines, len(adv))
+		}
+		// The same samples as Arrow IPC: read back into the canonical
+		// form, they render as the NDJSON served, and the manifest
+		// without its digest followed by them hashes to the digest.
+		ndjson := body
+		code, body, hdr := getAccept(t, fmt.Sprintf("%s/v1/runs/%s/batches/%d/samples", s.URL(), run, st.Step), "application/vnd.apache.arrow.stream")
+		if code != 200 || hdr.Get("Content-Type") != "application/vnd.apache.arrow.stream" || hdr.Get("Vary") != "Accept" {
+			t.Fatalf("arrow samples %d: %d %s (Vary %q)", st.Step, code, hdr.Get("Content-Type"), hdr.Get("Vary"))
+		}
+		canonical, meta := canonicalOfArrow(t, body)
+		if want := map[string]string{"run": run, "seq": fmt.Sprint(st.Step), "digest": m.Digest, "rule_version": fmt.Sprint(projections.RuleVersion)}; !maps.Equal(meta, want) {
+			t.Errorf("arrow metadata %v, want %v", meta, want)
+		}
+		rendered, err := projections.SamplesNDJSON(canonical)
+		if err != nil || !bytes.Equal(rendered, ndjson) {
+			t.Errorf("batch %d: the Arrow samples render as %d bytes of NDJSON (%v), the NDJSON served is %d", st.Step, len(rendered), err, len(ndjson))
+		}
+		_, manifest := get(t, fmt.Sprintf("%s/v1/runs/%s/batches/%d", s.URL(), run, st.Step))
+		cut := bytes.LastIndex(manifest, []byte(`,"digest":`))
+		sum := sha256.Sum256(append(append(manifest[:cut:cut], '}'), canonical...))
+		if got := "sha256:" + hex.EncodeToString(sum[:]); got != m.Digest {
+			t.Errorf("batch %d: digest of the manifest and the Arrow samples %s, manifest says %s", st.Step, got, m.Digest)
 		}
 	}
 

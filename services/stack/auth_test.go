@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/internal/auth"
+	"github.com/rolloutledger/rolloutledger/internal/httpx"
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/internal/testenv"
-	"github.com/rolloutledger/rolloutledger/services/auth"
-	"github.com/rolloutledger/rolloutledger/services/httpx"
-	"github.com/rolloutledger/rolloutledger/services/kafkalog"
 	"github.com/rolloutledger/rolloutledger/services/stack"
 )
 
@@ -35,13 +35,15 @@ var testTokens = []auth.Token{
 	{Name: "reader", SHA256: auth.Hash("rea-" + strings.Repeat("r", 40)), Role: auth.Reader},
 	{Name: "producer-a", Token: "pra-" + strings.Repeat("q", 40), Role: auth.Producer, Runs: []string{"run-a*"}},
 	{Name: "reader-a", Token: "rda-" + strings.Repeat("s", 40), Role: auth.Reader, Runs: []string{"run-a*"}},
+	{Name: "trainer-a", Token: "tra-" + strings.Repeat("v", 40), Role: auth.Trainer, Runs: []string{"run-a*"}},
 }
 
 // secrets maps a caller to the bearer token it sends.
 var secrets = map[string]string{
 	"admin": testTokens[0].Token, "producer": testTokens[1].Token, "trainer": testTokens[2].Token,
 	"reader": "rea-" + strings.Repeat("r", 40), "producer-a": testTokens[4].Token, "reader-a": testTokens[5].Token,
-	asUnknown: "unk-" + strings.Repeat("u", 40),
+	"trainer-a": testTokens[6].Token,
+	asUnknown:   "unk-" + strings.Repeat("u", 40),
 }
 
 type authStack struct {
@@ -50,7 +52,7 @@ type authStack struct {
 	log *testenv.LogBuffer
 }
 
-func startAuthStack(t *testing.T, kc kafkalog.Config, o stack.Options) *authStack {
+func startAuthStack(t testing.TB, kc kafkalog.Config, o stack.Options) *authStack {
 	t.Helper()
 	a, err := auth.New(testTokens)
 	if err != nil {
@@ -76,7 +78,7 @@ func startAuthStack(t *testing.T, kc kafkalog.Config, o stack.Options) *authStac
 	return &authStack{Stack: s, kc: kc, log: &logs}
 }
 
-func (s *authStack) do(t *testing.T, client *http.Client, method, path, as string, body []byte) (*http.Response, []byte) {
+func (s *authStack) do(t testing.TB, client *http.Client, method, path, as string, body []byte) (*http.Response, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(method, s.URL()+path, bytes.NewReader(body))
 	if err != nil {
@@ -101,7 +103,7 @@ func (s *authStack) do(t *testing.T, client *http.Client, method, path, as strin
 }
 
 // goldenFacts returns one valid fact of every catalogue type, for run.
-func goldenFacts(t *testing.T, run string) map[events.Type]events.Event {
+func goldenFacts(t testing.TB, run string) map[events.Type]events.Event {
 	t.Helper()
 	files, err := filepath.Glob("../../events/testdata/golden/*.json")
 	if err != nil || len(files) == 0 {

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
 	"github.com/rolloutledger/rolloutledger/internal/testenv"
 	"github.com/rolloutledger/rolloutledger/projections"
-	"github.com/rolloutledger/rolloutledger/services/simulate"
 	"github.com/rolloutledger/rolloutledger/services/stack"
 )
 

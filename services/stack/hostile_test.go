@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,9 +19,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/internal/httpx"
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/internal/testenv"
-	"github.com/rolloutledger/rolloutledger/services/httpx"
-	"github.com/rolloutledger/rolloutledger/services/kafkalog"
 	"github.com/rolloutledger/rolloutledger/services/pgsink"
 	"github.com/rolloutledger/rolloutledger/services/stack"
 )
@@ -133,8 +134,8 @@ func TestHostileInput(t *testing.T) {
 	var logs testenv.LogBuffer
 	s, err := stack.Start(context.Background(), stack.Options{
 		Addr: "127.0.0.1:0", Kafka: kc, DataDir: t.TempDir(), DatabaseURL: dbURL, PostgresSchema: schema,
-		MaxBodyBytes: hostileMaxBody,
-		Logger:       slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Bodies: httpx.BodyLimits{MaxBytes: hostileMaxBody},
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -146,10 +147,17 @@ func TestHostileInput(t *testing.T) {
 	})
 	before := endOffsetsSum(t, kc)
 
-	valid := func() events.Event { return runEvents("hostile", 2)[1] }
+	// valid is a turn of catalogue version 1, whose token arrays are JSON
+	// numbers; validV2 the same turn at version 2, with base64 arrays.
+	valid := func() events.Event {
+		ev := runEvents("hostile", 2)[1]
+		ev.V = 1
+		return ev
+	}
+	validV2 := func() events.Event { return runEvents("hostile", 2)[1] }
 	// edit returns a valid turn's canonical record with old replaced by new.
-	edit := func(old, new string) string {
-		b, err := events.Encode(valid())
+	editOf := func(ev events.Event, old, new string) string {
+		b, err := events.Encode(ev)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -157,6 +165,26 @@ func TestHostileInput(t *testing.T) {
 			t.Fatalf("%s not in %s", old, b)
 		}
 		return strings.Replace(string(b), old, new, 1)
+	}
+	edit := func(old, new string) string { return editOf(valid(), old, new) }
+	editV2 := func(old, new string) string { return editOf(validV2(), old, new) }
+	// hugeV2 has 150,000 completion tokens: 1.6 MB of base64, over the
+	// canonical record's bound but under the raw record's.
+	hugeV2 := func() string {
+		const n = 150_000
+		var m map[string]any
+		if err := json.Unmarshal([]byte(editV2(`"a-1"`, `"a-1"`)), &m); err != nil {
+			t.Fatal(err)
+		}
+		d := m["data"].(map[string]any)
+		d["completion_tokens"] = n
+		d["token_ids"] = base64.StdEncoding.EncodeToString(make([]byte, 4*n))
+		d["logprobs"] = base64.StdEncoding.EncodeToString(make([]byte, 4*n))
+		b, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
 	}
 	tokens := func(n int, logprobs int) string {
 		var ids, lps strings.Builder
@@ -195,6 +223,10 @@ func TestHostileInput(t *testing.T) {
 		{"int64 overflow", edit(`"prompt_tokens":100`, `"prompt_tokens":9223372036854775808`), "", 400, "wrong_type"},
 		{"negative count", edit(`"prompt_tokens":100`, `"prompt_tokens":-1`), "", 400, "invalid_value"},
 		{"int32 overflow in token ids", edit(`"token_ids":[1,2,3]`, `"token_ids":[1,2,2147483648]`), "", 400, "wrong_type"},
+		{"v2 huge token arrays", hugeV2(), "", 413, "too_large"},
+		{"v2 base64 with a NUL escape", editV2(`"token_ids":"AQAA`, `"token_ids":"\u0000AQA`), "", 400, "invalid_value"},
+		{"v2 base64 with line breaks", editV2(`"token_ids":"AQAA`, `"token_ids":"AQ\r\nAA`), "", 400, "invalid_value"},
+		{"v2 token ids as numbers", editV2(`"token_ids":"AQAAAAIAAAADAAAA"`, `"token_ids":[1,2,3]`), "", 400, "wrong_type"},
 		{"NaN", edit(`-0.1`, `NaN`), "", 400, "malformed"},
 		{"Infinity", edit(`-0.1`, `-Infinity`), "", 400, "malformed"},
 		{"NaN as a string", edit(`-0.1`, `"NaN"`), "", 400, "wrong_type"},
@@ -424,7 +456,7 @@ func slowStack(t *testing.T, kc kafkalog.Config, o httpx.ServerOptions) *stack.S
 	t.Helper()
 	s, err := stack.Start(context.Background(), stack.Options{
 		Addr: "127.0.0.1:0", Kafka: kc, Only: []string{stack.ServiceIngest},
-		HTTP: o, MaxBodyBytes: 1 << 20, BodyBudget: 1 << 20,
+		HTTP: o, Bodies: httpx.BodyLimits{MaxBytes: 1 << 20, Budget: 1 << 20},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -537,8 +569,8 @@ func TestHostileSlowClients(t *testing.T) {
 
 // Too many clients at once: beyond the connection cap, connections wait
 // until one is released (a silent one is cut off at ReadHeaderTimeout);
-// beyond the body budget, requests are answered 503 with Retry-After at
-// once, and nothing of theirs is appended.
+// beyond the body budget, requests are answered 503 with Retry-After after
+// a short wait, and nothing of theirs is appended.
 func TestHostileTooManyClients(t *testing.T) {
 	kc := testenv.RealKafka(t)
 	s := slowStack(t, kc, httpx.ServerOptions{ReadHeaderTimeout: 500 * time.Millisecond, ReadTimeout: 10 * time.Second, MaxConns: 3})
@@ -566,8 +598,10 @@ func TestHostileTooManyClients(t *testing.T) {
 		}
 	})
 	t.Run("body budget", func(t *testing.T) {
-		// A chunked body is charged the whole bound, which is the budget:
-		// while it is being read, any other request is turned away.
+		// A body is charged by what arrives: one that has sent 600 KiB
+		// (its buffer grown to the whole bound, which is the budget) holds
+		// it all while it is being read, and any other request is turned
+		// away after a short wait.
 		pr, pw := io.Pipe()
 		done := make(chan int, 1)
 		go func() {
@@ -581,14 +615,17 @@ func TestHostileTooManyClients(t *testing.T) {
 			resp.Body.Close()
 			done <- resp.StatusCode
 		}()
-		if _, err := pw.Write([]byte("[")); err != nil {
+		if _, err := pw.Write(append([]byte("["), bytes.Repeat([]byte(" "), 600<<10)...)); err != nil {
 			t.Fatal(err)
 		}
 		var status int
 		var ct string
 		var out []byte
+		// The probe's body is one ingest would refuse anyway ("[]", no
+		// events): a probe that comes before the first body's bytes have
+		// arrived is read and refused with 400, appending nothing.
 		testenv.CheckFor(t, 30*time.Second, "a second request refused while the first holds the budget", func() bool {
-			req, _ := http.NewRequest(http.MethodPost, s.URL()+"/v1/events", bytes.NewReader(body(t, runEvents("budget", 1))))
+			req, _ := http.NewRequest(http.MethodPost, s.URL()+"/v1/events", strings.NewReader("[]"))
 			req.Header.Set("Content-Type", "application/json")
 			resp, err := oneShot.Do(req)
 			if err != nil {

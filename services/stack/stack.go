@@ -17,12 +17,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rolloutledger/rolloutledger/internal/auth"
+	"github.com/rolloutledger/rolloutledger/internal/httpx"
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/internal/telemetry"
 	"github.com/rolloutledger/rolloutledger/services/api"
-	"github.com/rolloutledger/rolloutledger/services/auth"
-	"github.com/rolloutledger/rolloutledger/services/httpx"
 	"github.com/rolloutledger/rolloutledger/services/ingest"
-	"github.com/rolloutledger/rolloutledger/services/kafkalog"
 	"github.com/rolloutledger/rolloutledger/services/pgsink"
 	"github.com/rolloutledger/rolloutledger/services/projector"
 )
@@ -38,9 +38,6 @@ const (
 // Available lists the services this build can run. The pgsink runs only
 // with a database URL.
 var Available = []string{ServiceIngest, ServiceProjector, ServicePgsink, ServiceAPI}
-
-// Planned lists services the contract names that this build does not run yet.
-var Planned = []string{}
 
 // Options configure a Stack.
 type Options struct {
@@ -71,9 +68,10 @@ type Options struct {
 	// HTTP bounds what clients may hold of the HTTP server: timeouts and
 	// the connection cap (zero: the httpx defaults).
 	HTTP httpx.ServerOptions
-	// MaxBodyBytes and BodyBudget bound ingest's request bodies, one and
-	// all at once (zero: the ingest defaults).
-	MaxBodyBytes, BodyBudget int64
+	// Bodies bound ingest's request bodies: one, all at once, one
+	// client's, and the floor rate they must arrive at (zero: the
+	// httpx.BodyLimits defaults).
+	Bodies httpx.BodyLimits
 	// Logger is the stack's logger; nil discards.
 	Logger *slog.Logger
 	// Telemetry receives every service's spans and metrics, served at
@@ -94,13 +92,12 @@ func (o Options) Validate() error {
 	if err := o.HTTP.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := o.Bodies.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	for _, s := range o.Only {
-		switch {
-		case slices.Contains(Available, s):
-		case slices.Contains(Planned, s):
-			errs = append(errs, fmt.Errorf("stack: service %q is not available in this build yet", s))
-		default:
-			errs = append(errs, fmt.Errorf("stack: unknown service %q (want one of %s)", s, strings.Join(append(slices.Clone(Available), Planned...), ", ")))
+		if !slices.Contains(Available, s) {
+			errs = append(errs, fmt.Errorf("stack: unknown service %q (want one of %s)", s, strings.Join(Available, ", ")))
 		}
 	}
 	only := o.services()
@@ -138,6 +135,7 @@ type Stack struct {
 	ln     net.Listener
 	served chan error
 	parts  map[string]int
+	routes []auth.Route
 
 	proj     *projector.Projector
 	stopProj context.CancelFunc
@@ -193,12 +191,14 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		}
 		return nil, err
 	}
-	mux := http.NewServeMux()
+	// Every route is registered on the router, which checks each request's
+	// token, role and run scope on what it routed.
+	mux := auth.NewRouter(o.Auth, log)
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.Handle("GET /metrics", s.tel.MetricsHandler())
 	if slices.Contains(o.Only, ServiceIngest) {
 		s.writer = kafkalog.NewWriter(o.Kafka, o.Kafka.FactsTopic(), kafkalog.WriterOptions{Logger: log, Telemetry: s.tel})
-		(&ingest.Service{Appender: s.writer, Logger: log, Telemetry: s.tel, MaxBodyBytes: o.MaxBodyBytes, BodyBudget: o.BodyBudget}).Register(mux)
+		(&ingest.Service{Appender: s.writer, Logger: log, Telemetry: s.tel, Bodies: o.Bodies}).Register(mux)
 	}
 	if slices.Contains(o.Only, ServiceProjector) {
 		p, err := projector.Open(projector.Options{Kafka: o.Kafka, Dir: filepath.Join(o.DataDir, "projector"), Partitions: o.ProjectorPartitions, Logger: log, Telemetry: s.tel})
@@ -220,18 +220,12 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		}
 		s.sink = sink
 	}
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		httpx.WriteError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
-	})
-	var handler http.Handler = mux
-	if o.Auth != nil {
-		handler = o.Auth.Middleware(mux, log)
-	}
+	s.routes = mux.Routes()
 	ln, err := net.Listen("tcp", o.Addr)
 	if err != nil {
 		return abort(fmt.Errorf("stack: listen on %s: %w", o.Addr, err))
 	}
-	s.srv, s.ln = httpx.NewServer(ln, s.tel.HTTPHandler(handler), o.HTTP, log)
+	s.srv, s.ln = httpx.NewServer(ln, s.tel.HTTPHandler(mux), o.HTTP, log)
 	s.srv.TLSConfig = tlsConfig
 	if s.proj != nil {
 		pctx, stop := context.WithCancel(context.WithoutCancel(ctx))
@@ -280,6 +274,10 @@ func (s *Stack) URL() string {
 	}
 	return "http://" + s.Addr()
 }
+
+// Routes lists the HTTP routes the stack serves, each with the access it
+// needs and whether it is held to a token's run scope.
+func (s *Stack) Routes() []auth.Route { return s.routes }
 
 // Partitions reports the partition count of each of the ledger's topics.
 func (s *Stack) Partitions() map[string]int { return s.parts }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,9 +15,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/internal/testenv"
 	"github.com/rolloutledger/rolloutledger/services/ingest"
-	"github.com/rolloutledger/rolloutledger/services/kafkalog"
 	"github.com/rolloutledger/rolloutledger/services/stack"
 )
 
@@ -52,14 +53,14 @@ func runEvents(run string, n int) []events.Event {
 	out := []events.Event{events.New(run, "scheduler", epoch, &events.RunStarted{Model: "m", Harness: "h"})}
 	for i := 1; i < n; i++ {
 		out = append(out, events.New(run, "engine-1", epoch.Add(time.Duration(i)*time.Millisecond), &events.TurnGenerated{
-			Attempt: "a-1", Turn: i - 1, PolicyVersion: 0, PromptTokens: int64(100 * i), CompletionTokens: 3,
+			Attempt: "a-1", Turn: i - 1, VersionSegments: events.SingleVersion(0), PromptTokens: int64(100 * i), CompletionTokens: 3,
 			TokenIDs: []int32{1, 2, 3}, Logprobs: []float32{-0.1, -0.2, 0}, Finish: events.FinishToolCall, LatencyMS: 7,
 		}))
 	}
 	return out
 }
 
-func body(t *testing.T, evs []events.Event) []byte {
+func body(t testing.TB, evs []events.Event) []byte {
 	t.Helper()
 	vals, err := events.EncodeBatch(evs)
 	if err != nil {
@@ -124,7 +125,7 @@ func readFacts(t *testing.T, kc kafkalog.Config, want int) []consumed {
 	return out
 }
 
-func endOffsetsSum(t *testing.T, kc kafkalog.Config) int64 {
+func endOffsetsSum(t testing.TB, kc kafkalog.Config) int64 {
 	t.Helper()
 	ends, err := kafkalog.EndOffsets(context.Background(), kc, kc.FactsTopic())
 	if err != nil {
@@ -195,8 +196,8 @@ func testRoundTrip(t *testing.T, kc kafkalog.Config) {
 		if string(r.key) != ev.Run {
 			t.Errorf("key: got %q, want run %q", r.key, ev.Run)
 		}
-		if r.headers["type"] != string(ev.Type) || r.headers["v"] != "1" || r.headers["traceparent"] != traceparent {
-			t.Errorf("headers: got %v, want type=%s v=1 traceparent", r.headers, ev.Type)
+		if r.headers["type"] != string(ev.Type) || r.headers["v"] != strconv.Itoa(ev.V) || r.headers["traceparent"] != traceparent {
+			t.Errorf("headers: got %v, want type=%s v=%d traceparent", r.headers, ev.Type, ev.V)
 		}
 		canon, _ := events.Encode(ev)
 		if !bytes.Equal(canon, r.value) {
@@ -236,7 +237,8 @@ func testBadInput(t *testing.T, kc kafkalog.Config) {
 		ids[i] = 100_000 + int32(i%900_000)
 	}
 	huge := events.New("run-bad", "engine-1", epoch, &events.TurnGenerated{
-		Attempt: "a-1", CompletionTokens: int64(len(ids)), TokenIDs: ids, Logprobs: lps, Finish: events.FinishStop,
+		Attempt: "a-1", CompletionTokens: int64(len(ids)), VersionSegments: events.SingleVersion(0), TokenIDs: ids, Logprobs: lps,
+		Finish: events.FinishStop,
 	})
 	idx := func(i int) *int { return &i }
 	cases := []struct {
@@ -298,12 +300,17 @@ func testBadInput(t *testing.T, kc kafkalog.Config) {
 	}
 }
 
-// rawJSON encodes ev without the codec's size check, as a careless
-// producer would.
+// rawJSON encodes ev, a turn, as version 1 without the codec's size check,
+// as a careless producer might.
 func rawJSON(t *testing.T, ev events.Event) string {
 	t.Helper()
-	b, err := json.Marshal(map[string]any{"id": ev.ID, "run": ev.Run, "type": ev.Type, "v": ev.V,
-		"at": ev.At.Format(time.RFC3339Nano), "source": ev.Source, "data": ev.Data})
+	d := ev.Data.(*events.TurnGenerated)
+	b, err := json.Marshal(map[string]any{"id": ev.ID, "run": ev.Run, "type": ev.Type, "v": 1,
+		"at": ev.At.Format(time.RFC3339Nano), "source": ev.Source, "data": map[string]any{
+			"attempt": d.Attempt, "turn": d.Turn, "policy_version": d.PolicyVersion(), "prompt_tokens": d.PromptTokens,
+			"completion_tokens": d.CompletionTokens, "cached_tokens": d.CachedTokens, "token_ids": d.TokenIDs,
+			"logprobs": d.Logprobs, "finish": d.Finish, "latency_ms": d.LatencyMS,
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/internal/testenv"
-	"github.com/rolloutledger/rolloutledger/services/kafkalog"
 	"github.com/rolloutledger/rolloutledger/services/projector"
 	"github.com/rolloutledger/rolloutledger/services/stack"
 )

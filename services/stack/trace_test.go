@@ -8,16 +8,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/internal/telemetry"
 	"github.com/rolloutledger/rolloutledger/internal/testenv"
-	"github.com/rolloutledger/rolloutledger/services/kafkalog"
 	"github.com/rolloutledger/rolloutledger/services/pgsink"
-	"github.com/rolloutledger/rolloutledger/services/simulate"
 	"github.com/rolloutledger/rolloutledger/services/stack"
 )
 
@@ -61,7 +60,7 @@ func recordHeaders(t *testing.T, kc kafkalog.Config, topic string, partition int
 	h := map[string]string{}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err := kafkalog.ReadPartition(ctx, kc, topic, partition, offset, offset+1, func(m kafka.Message) error {
+	err := kafkalog.ReadPartition(ctx, kc, topic, partition, offset, offset+1, func(m kafkalog.Message) error {
 		for _, x := range m.Headers {
 			h[x.Key] = string(x.Value)
 		}

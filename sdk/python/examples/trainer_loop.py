@@ -5,7 +5,10 @@ The "policy" is a unigram softmax over a small vocabulary (token id modulo
 served advantages over the trained tokens (loss mask 1). The importance
 ratio of the current policy over the rollout policy is measured for what
 gradient.applied reports: the share of tokens whose ratio exceeds --clip
-and the log-prob gap per staleness. NumPy only. After each step it saves the
+and the log-prob gap per staleness. NumPy only; with pyarrow installed
+(rolloutledger[arrow]) the samples arrive as Apache Arrow and reach NumPy
+without a copy, and their digest is checked against the manifest before
+training on them. After each step it saves the
 weights, then reports gradient.applied (with the batch digest) and
 policy.published in one request; the resume point lives in
 <state-dir>/ledger-state.json, so a trainer killed at any moment and started
@@ -39,6 +42,8 @@ def parse_args(argv=None):
     p.add_argument("--vocab", type=int, default=1024)
     p.add_argument("--lr", type=float, default=0.5)
     p.add_argument("--clip", type=float, default=2.0, help="importance ratio above which a token counts as truncated")
+    p.add_argument("--samples-format", default="auto", choices=["auto", "arrow", "ndjson"],
+                   help="how samples travel: Apache Arrow (needs pyarrow), NDJSON, or Arrow when pyarrow is installed")
     return p.parse_args(argv)
 
 
@@ -66,8 +71,9 @@ def weights_digest(theta: np.ndarray) -> str:
 def train_step(theta: np.ndarray, batch: rl.Batch, vocab: int, lr: float, clip: float):
     """One policy-gradient step on a batch; returns the new weights and the
     numbers gradient.applied reports."""
-    s = batch.samples().packed()
-    mask = s["loss_mask"].astype(bool)
+    samples = batch.samples(verify_digest=True)
+    s = samples.packed()
+    mask = s["loss_mask"].view(bool)
     tokens = s["token_ids"][mask].astype(np.int64) % vocab
     adv = s["token_advantages"][mask].astype(np.float64)
     rollout_lp = s["rollout_logprobs"][mask].astype(np.float64)
@@ -75,7 +81,7 @@ def train_step(theta: np.ndarray, batch: rl.Batch, vocab: int, lr: float, clip: 
     n = int(mask.sum())
     lp_all = log_softmax(theta)
     if n == 0:
-        return theta, dict(loss=0.0, trained_tokens=0, truncated_fraction=0.0, logprob_gap={}, grad_norm=0.0)
+        return theta, dict(loss=0.0, trained_tokens=0, truncated_fraction=0.0, logprob_gap={}, grad_norm=0.0), samples.source
     lp = lp_all[tokens]
     truncated = np.exp(np.minimum(lp - rollout_lp, 50.0)) > clip
     # loss = -(1/n) sum A * log pi(token); d log pi(t) / d theta = onehot(t) - pi
@@ -93,7 +99,7 @@ def train_step(theta: np.ndarray, batch: rl.Batch, vocab: int, lr: float, clip: 
         logprob_gap=gap,
         grad_norm=float(np.linalg.norm(grad)),
     )
-    return theta - lr * grad, stats
+    return theta - lr * grad, stats, samples.source
 
 
 def main(argv=None) -> int:
@@ -102,7 +108,7 @@ def main(argv=None) -> int:
     os.makedirs(state_dir, exist_ok=True)
     state = rl.TrainerState(os.path.join(state_dir, "ledger-state.json"), a.run)
 
-    with rl.Ledger(a.url, source="toy-trainer") as ledger:
+    with rl.Ledger(a.url, source="toy-trainer", samples_format=a.samples_format) as ledger:
         # Finish a report a crash interrupted, and check the state against
         # the ledger, before reading where to start.
         ledger.resume(state)
@@ -119,7 +125,7 @@ def main(argv=None) -> int:
             print(f"run {a.run}: already at step {state.step}")
             return 0
         for batch in ledger.batches(a.run, state=state, idle_timeout=a.idle_timeout, until=a.steps):
-            theta, stats = train_step(theta, batch, a.vocab, a.lr, a.clip)
+            theta, stats, source = train_step(theta, batch, a.vocab, a.lr, a.clip)
             # The weights are durable before the step is reported.
             path = save_weights(theta, state_dir, batch.seq)
             ledger.gradient_applied(
@@ -133,7 +139,7 @@ def main(argv=None) -> int:
             print(
                 f"step {batch.seq}: {len(batch.groups)} groups ({dropped} dropped), "
                 f"{stats['trained_tokens']} trained tokens, loss {stats['loss']:.4f}, "
-                f"grad norm {stats['grad_norm']:.4f}, truncated {stats['truncated_fraction']:.3f}",
+                f"grad norm {stats['grad_norm']:.4f}, truncated {stats['truncated_fraction']:.3f} ({source} samples, digest checked)",
                 flush=True,
             )
     if state.step < a.steps:

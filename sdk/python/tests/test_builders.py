@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import decimal
 import json
@@ -131,7 +132,7 @@ def turn(**kw):
 @pytest.mark.parametrize(
     "fact,code,field",
     [
-        (turn(token_ids=[], logprobs=[]), "invalid_value", "data.token_ids"),
+        (turn(token_ids=[], logprobs=[-0.5, -0.25, 0.0]), "missing_field", "data.token_ids"),  # empty is absent in v2
         (turn(token_ids=None), "missing_field", "data.token_ids"),
         (turn(logprobs=None), "missing_field", "data.logprobs"),
         (turn(logprobs=[-0.5, 0.25, 0]), "invalid_value", "data.logprobs[1]"),
@@ -146,6 +147,19 @@ def turn(**kw):
         (turn(finish="done"), "invalid_value", "data.finish"),
         (turn(attempt="a 1"), "invalid_value", "data.attempt"),
         (turn(logprobs=[-1e39, 0, 0]), "wrong_type", "data.logprobs"),
+        (turn(logprobs=[0.0, float("-inf"), 0]), "invalid_value", "data.logprobs[1]"),
+        (turn(token_ids=["1", "2", "3"]), "wrong_type", "data.token_ids"),
+        (turn(token_ids=[1.5, 2, 3]), "wrong_type", "data.token_ids"),
+        (turn(token_ids=np.zeros((3, 1), dtype=np.int32)), "wrong_type", "data.token_ids"),
+        (turn(policy_version=None, version_segments=[(0, 1), (0, 2)]), "invalid_value", "data.version_segments[1].start"),
+        (turn(policy_version=None, version_segments=[(0, 2), (1, 1)]), "invalid_value", "data.version_segments[1].policy_version"),
+        (turn(policy_version=None, version_segments=[(0, 1), (3, 2)]), "invalid_value", "data.version_segments[1].start"),
+        (turn(policy_version=None, version_segments=[]), "invalid_value", "data.version_segments"),
+        (turn(policy_version=None), "wrong_type", "data.version_segments"),  # None for a required field is null
+        (turn(text_cut=5), "missing_field", "data.text"),
+        (turn(text="a\x00b"), "invalid_value", "data.text"),
+        (rl.ToolCalled(attempt="a", turn=0, call=0, tool="t", exit_code=0, duration_ms=0, output_bytes=3, output="abc", output_cut=9), "invalid_value", "data.output_cut"),
+        (rl.TaskRegistered(task="t", source="s", kind="swe", tier=1, prompt_cut=3), "missing_field", "data.prompt"),
         (turn(logprobs=[float("nan"), 0, 0]), "invalid_value", "data.logprobs[0]"),
         (rl.GroupStarted(group="g", task="t", size=0, purpose="train"), "invalid_value", "data.size"),
         (rl.AttemptStarted(attempt="a", group="g", task="t", engine="e", vm="v", fork_ms=1, retry_of=""), "invalid_value", "data.retry_of"),
@@ -205,11 +219,78 @@ def test_numpy_inputs_and_round_trip():
     ev = rl.Event("run-1", fact, source="w")
     rec = ev.encode()
     back = rl.validate_body(rec)[0]
-    assert back.id == ev.id and back.type == "turn.generated"
+    assert back.id == ev.id and back.type == "turn.generated" and back.v == 2
     assert back.data.token_ids.dtype == np.int32 and back.data.token_ids.tolist() == [5, 6, 7]
     assert back.data.logprobs.dtype == np.float32 and np.array_equal(back.data.logprobs, lps)
-    assert json.loads(rec)["data"]["logprobs"] == [-0.1, -0.2, -0.3]
+    assert back.data.version_segments == [(0, 4)]
+    data = json.loads(rec)["data"]
+    assert data["logprobs"] == base64.b64encode(lps.astype("<f4").tobytes()).decode()
+    assert data["token_ids"] == base64.b64encode(ids.astype("<i4").tobytes()).decode()
     assert back.encode() == rec
+    # Version 1 writes JSON arrays, and reads back as the same fact.
+    v1 = rl.Event("run-1", fact, source="w", v=1).encode()
+    assert json.loads(v1)["data"]["logprobs"] == [-0.1, -0.2, -0.3]
+    assert json.loads(v1)["data"]["policy_version"] == 4
+    assert rl.validate_body(v1)[0].data.version_segments == [(0, 4)]
+
+
+def test_version_segments_and_text():
+    n = 2048
+    rng = np.random.default_rng(7)
+    ids = rng.integers(0, 151936, size=n, dtype=np.int32)
+    lps = -rng.exponential(0.7, size=n).astype(np.float32)
+    segs = np.array([[0, 3], [1500, 4]])
+    fact = turn(policy_version=None, version_segments=segs, completion_tokens=n, token_ids=ids, logprobs=lps,
+                text="é" * 40000)  # 80,000 bytes: over the bound
+    ev = rl.Event("run-1", fact, source="w")
+    back = rl.validate_body(ev.encode())[0].data
+    assert back.version_segments == [(0, 3), (1500, 4)]
+    assert len(back.text.encode()) == 65536 and back.text == "é" * 32768 and back.text_cut == 80000 - 65536
+    assert np.array_equal(back.token_ids, ids) and np.array_equal(back.logprobs, lps)
+    # A cut on a character boundary: a 3-byte character straddling the bound
+    # goes whole.
+    t = rl.TurnGenerated(attempt="a", turn=0, policy_version=1, prompt_tokens=1, completion_tokens=0,
+                         text="a" * 65535 + "✓" + "b", text_cut=10, finish="stop", latency_ms=1).validate()
+    assert t.text == "a" * 65535 and t.text_cut == 10 + 4
+    # Version 1 cannot hold what version 2 says.
+    for f, field in [(fact, "data.version_segments"), (turn(text="hi"), "data.text")]:
+        with pytest.raises(rl.ValidationError) as ei:
+            rl.Event("run-1", f, source="w", v=1).encode()
+        assert (ei.value.code, ei.value.field) == ("invalid_value", field)
+    with pytest.raises(ValueError):
+        turn(version_segments=[(0, 1)])  # and policy_version
+
+
+def test_tool_and_task_text():
+    out = "line\n" * 20000  # 100,000 bytes
+    tool = rl.ToolCalled(attempt="a", turn=0, call=0, tool="bash", exit_code=0, duration_ms=3, output_bytes=len(out),
+                         input="cat log", output=out).validate()
+    assert tool.input == "cat log" and tool.input_cut is None
+    assert len(tool.output) == 65536 and tool.output_cut == len(out) - 65536
+    task = rl.TaskRegistered(task="t", source="s", kind="swe", tier=1, prompt="Fix it.").validate()
+    assert task.prompt == "Fix it."
+    rec = rl.Event("r", rl.ToolCalled(attempt="a", turn=0, call=0, tool="t", exit_code=0, duration_ms=0, output_bytes=0, input_cut=0),
+                   source="w").encode()
+    assert b"input_cut" not in rec  # a zero cut is left out, as absent
+
+
+def test_fact_version(monkeypatch):
+    f = turn()
+    assert rl.Event("r", f, source="w").v == 2
+    assert rl.Event("r", rl.GroupClosed(group="g", reason="x"), source="w").v == 1
+    monkeypatch.setenv("ROLLOUTLEDGER_FACT_VERSION", "1")
+    ev = rl.Event("r", f, source="w")
+    assert ev.v == 1 and json.loads(ev.encode())["data"]["token_ids"] == [11, 12, 13]
+    assert rl.Event("r", f, source="w", fact_version=2).v == 2
+    assert rl.Ledger("http://127.0.0.1:9", fact_version=2).event("r", f).v == 2
+    monkeypatch.setenv("ROLLOUTLEDGER_FACT_VERSION", "9")
+    assert rl.Event("r", f, source="w").v == 2
+    assert rl.Ledger("http://127.0.0.1:9", fact_version=1).event("r", f).v == 1
+    monkeypatch.setenv("ROLLOUTLEDGER_FACT_VERSION", "two")
+    with pytest.raises(ValueError):
+        rl.Event("r", f, source="w")
+    with pytest.raises(ValueError):
+        rl.Ledger("http://127.0.0.1:9", fact_version=0)
 
 
 def test_every_builder_encodes_canonically():

@@ -11,8 +11,18 @@ import random
 import rolloutledger as rl
 from test_vectors import VECTOR_CASES
 
+def parses(body: str) -> bool:
+    """Whether Python's json reads body (not one nested past its recursion
+    limit), which mutate needs."""
+    try:
+        json.loads(body)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
 VALID = [v["body"] for v in VECTOR_CASES if v["valid"]]
-ANY = [v["body"] for v in VECTOR_CASES if "body" in v]
+ANY = [v["body"] for v in VECTOR_CASES if "body" in v and parses(v["body"])]
 
 VALUES = [
     "null", "true", "false", "0", "-0", "1", "-1", "1.0", "1e2", "-0.0", "0.5", "2147483647", "2147483648",
@@ -82,8 +92,10 @@ def cases() -> list[bytes]:
         for _ in range(r.choice([1, 1, 2, 3])):
             try:
                 body = mutate(body, r)
-            except (ValueError, AttributeError):
-                break  # no longer a JSON object: mutate no further
+            except (ValueError, AttributeError, RecursionError):
+                # No longer a JSON object, or one nested deeper than
+                # Python's json reads: mutate no further.
+                break
         out.append(body.encode("utf-8", "surrogatepass"))
     return out
 

@@ -56,7 +56,7 @@ def test_every_fact_type_round_trip(ledger, run_id):
             want_mask = [m for t in turns for m in [0] * len(t["obs"]) + [1] * len(t["ids"])]
             want_lps = [x for t in turns for x in [0.0] * len(t["obs"]) + t["lps"]]
             assert s.token_ids.dtype == np.int32 and s.token_ids.tolist() == want_ids
-            assert s.loss_mask.dtype == np.int8 and s.loss_mask.tolist() == want_mask
+            assert s.loss_mask.dtype == np.uint8 and s.loss_mask.tolist() == want_mask
             assert s.rollout_logprobs.dtype == np.float32 and s.rollout_logprobs.tolist() == want_lps
             assert s.policy_versions.dtype == np.int64 and set(s.policy_versions.tolist()) == {0}
             adv = next(a["advantage"] for a in attempts if a["attempt"] == s.attempt)
@@ -112,19 +112,42 @@ def test_to_torch(ledger, run_id, monkeypatch):
         monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
         with pytest.raises(ImportError, match="pip install torch"):
             samples.to_torch()
-        # A stand-in with torch's as_tensor exercises the conversion.
+        # A stand-in with torch's from_numpy, view and to exercises the
+        # conversion: tensors share the arrays' memory.
+        class Tensor:
+            def __init__(self, a, device=None):
+                self.a, self.device = a, device
+
+            def view(self, dtype):
+                assert dtype == "torch.bool"
+                return Tensor(self.a.view(bool), self.device)
+
+            def to(self, device):
+                return Tensor(self.a.copy(), device)
+
         stub = types.ModuleType("torch")
-        stub.as_tensor = lambda a, device=None: ("tensor", np.asarray(a), device)
+        stub.from_numpy = Tensor
+        stub.bool = "torch.bool"
         monkeypatch.setitem(sys.modules, "torch", stub)
-        t = samples.to_torch(device="cpu")
-        assert t["token_ids"][1].dtype == np.int64 and t["loss_mask"][1].dtype == bool
-        assert t["token_ids"][2] == "cpu"
+        t = samples.to_torch()
+        assert t["token_ids"].a.dtype == np.int32 and np.shares_memory(t["token_ids"].a, samples.token_ids)
+        assert t["loss_mask"].a.dtype == bool and np.shares_memory(t["loss_mask"].a, samples.loss_mask)
+        assert np.shares_memory(t["rollout_logprobs"].a, samples.rollout_logprobs)
+        assert t["cu_seqlens"].a.tolist() == samples.offsets.tolist()
+        on = samples.to_torch(device="cuda:0")
+        assert on["token_ids"].device == "cuda:0" and not np.shares_memory(on["token_ids"].a, samples.token_ids)
+        padded = samples.to_torch(layout="padded")
+        assert padded["token_ids"].a.shape == samples.padded()["token_ids"].shape
         one = samples[0].to_torch()
-        assert one["advantages"][1].dtype == np.float32
+        assert one["advantages"].a.dtype == np.float32 and one["loss_mask"].a.dtype == bool
+        with pytest.raises(ValueError, match="layout"):
+            samples.to_torch(layout="ragged")
         return
     t = samples.to_torch()
-    assert tuple(t["token_ids"].shape) == samples.padded()["token_ids"].shape
-    assert t["loss_mask"].dtype == torch.bool
+    assert t["loss_mask"].dtype == torch.bool and t["token_ids"].dtype == torch.int32
+    assert t["token_ids"].data_ptr() == samples.token_ids.ctypes.data
+    p = samples.to_torch(layout="padded")
+    assert tuple(p["token_ids"].shape) == samples.padded()["token_ids"].shape
 
 
 def test_canonical_bytes_are_what_the_ledger_stores(ledger, run_id):
@@ -142,3 +165,76 @@ def test_canonical_bytes_are_what_the_ledger_stores(ledger, run_id):
     sealed_by = [(a.partition, a.offset) for a in acks].index((b.watermark["partition"], b.watermark["offset"]))
     assert b.tree["size"] == 2 + sealed_by + 1, "the fact sequence counts the two copies"
     assert ledger.status(run_id)["findings"] == 0
+
+
+def test_arrow_and_ndjson_samples_agree(ledger, run_id):
+    """Both renderings carry the same arrays; the Arrow ones are views of
+    the response (no copy, read-only); either recomputes the digest."""
+    events, _ = small_run_events(run_id, train_groups=1)
+    ledger.post(events)
+    (b,) = list(ledger.batches(run_id, max_batches=1, wait=10))
+    arrow = ledger.samples(run_id, 1, format="arrow", verify_digest=True)
+    nd = ledger.samples(run_id, 1, format="ndjson", verify_digest=True)
+    assert arrow.source == "arrow" and nd.source == "ndjson"
+    assert arrow.groups == nd.groups and arrow.attempts == nd.attempts
+    for name in ("segments", "sample_advantages", "offsets", "token_ids", "loss_mask", "rollout_logprobs", "policy_versions"):
+        x, y = getattr(arrow, name), getattr(nd, name)
+        assert x.dtype == y.dtype and np.array_equal(x, y), name
+    for name in ("token_ids", "loss_mask", "rollout_logprobs", "policy_versions"):
+        a = getattr(arrow, name)
+        assert not a.flags.owndata and not a.flags.writeable, f"{name} was copied"
+    assert arrow.packed()["token_ids"] is arrow.token_ids
+    assert b.samples(verify_digest=True) is b.samples()
+    assert b.verify(arrow) == b.digest == b.verify(nd)
+    # One token changed, or one advantage, and the digest no longer holds.
+    for tamper in ("token_ids", "sample_advantages"):
+        cols = {k: getattr(nd, k) for k in ("groups", "attempts", "segments", "sample_advantages", "offsets",
+                                            "token_ids", "loss_mask", "rollout_logprobs", "policy_versions")}
+        cols[tamper] = cols[tamper].copy()
+        cols[tamper][0] += 1
+        with pytest.raises(rl.DigestMismatchError):
+            b.verify(rl.SampleBatch(columns=cols))
+    with pytest.raises(ValueError, match="format"):
+        ledger.samples(run_id, 1, format="csv")
+
+
+def test_samples_route_negotiates(ledger, run_id):
+    events, _ = small_run_events(run_id, train_groups=1)
+    ledger.post(events)
+    list(ledger.batches(run_id, max_batches=1, wait=10))
+    path = f"/v1/runs/{run_id}/batches/1/samples"
+    r = ledger._http.request("GET", path, headers={"Accept": "text/csv"})
+    assert r.status == 406 and r.json()["error"]["code"] == "not_acceptable"
+    assert "application/x-ndjson, application/vnd.apache.arrow.stream" in r.json()["error"]["message"]
+    assert r.headers["Vary"] == "Accept"
+    r = ledger._http.request("GET", path, headers={"Accept": "application/vnd.apache.arrow.stream;q=0.5, application/x-ndjson;q=0.4"})
+    assert r.status == 200 and r.headers["Content-Type"] == "application/vnd.apache.arrow.stream"
+    r = ledger._http.request("GET", path, headers={"Accept": "*/*"})
+    assert r.status == 200 and r.headers["Content-Type"] == "application/x-ndjson"
+
+
+def test_partly_trained_turn(ledger, run_id):
+    """A turn whose weights changed mid-generation: batch 1 trains from
+    version 0, so the tokens version 1 generated are masked, the others
+    train, and each token carries its own version."""
+    events, _ = small_run_events(run_id, train_groups=1)
+    for i, e in enumerate(events):
+        d = e.data
+        if e.type == "turn.generated" and d.attempt == "train-0/a0" and d.turn == 0:
+            events[i] = rl.Event(run_id, rl.TurnGenerated(
+                attempt=d.attempt, turn=0, version_segments=[(0, 0), (2, 1)], prompt_tokens=d.prompt_tokens,
+                completion_tokens=4, cached_tokens=d.cached_tokens, token_ids=d.token_ids, logprobs=d.logprobs,
+                finish=d.finish, latency_ms=d.latency_ms), source="pytest")
+    ledger.post(events)
+    (b,) = list(ledger.batches(run_id, max_batches=1, wait=10))
+    turn = b.groups[0]["attempts"][0]["turns"][0]
+    assert turn["trained"] and turn["segments"] == [
+        {"start": 0, "policy_version": 0, "staleness": 0, "trained": True},
+        {"start": 2, "policy_version": 1, "staleness": -1, "trained": False}]
+    assert "segments" not in b.groups[0]["attempts"][0]["turns"][1]
+    assert b.stats["masked_tokens"] == 2
+    s = b.samples(verify_digest=True)[0]
+    assert s.attempt == "train-0/a0" and s.segment == 0
+    # Turn 0 has no observation tokens; turn 1's two follow its completion.
+    assert s.loss_mask[:4].tolist() == [1, 1, 0, 0]
+    assert s.policy_versions[:4].tolist() == [0, 0, 1, 1]

@@ -69,20 +69,20 @@ def test_golden_canonical_bytes(path):
     assert encode_events(events) == [want]
     # And the typed builders rebuild the same bytes from the decoded fact.
     ev = events[0]
-    rebuilt = rl.Event(ev.run, ev.data, source=ev.source, id=ev.id, at=ev.at)
+    rebuilt = rl.Event(ev.run, ev.data, source=ev.source, id=ev.id, at=ev.at, v=ev.v)
     assert rebuilt.encode() == want
 
 
-def test_too_large_canonical_record():
-    n = 120_000
+@pytest.mark.parametrize("v, n", [(1, 120_000), (2, 300_000)])
+def test_too_large_canonical_record(v, n):
     fact = rl.TurnGenerated(
         attempt="a", turn=0, policy_version=0, prompt_tokens=1, completion_tokens=n,
         token_ids=[1234567] * n, logprobs=[-0.12345678] * n, finish="stop", latency_ms=1,
     )
     with pytest.raises(rl.ValidationError) as ei:
-        rl.Event("r", fact, source="s").encode()
+        rl.Event("r", fact, source="s", v=v).encode()
     assert (ei.value.code, ei.value.field) == ("too_large", "")
     body = b"[" + rl.Event("r", rl.GroupClosed(group="g", reason="x"), source="s").encode() + b"," + json.dumps(
-        rl.Event("r", fact, source="s").to_wire()
+        rl.Event("r", fact, source="s", v=v).to_wire()
     ).encode() + b"]"
     assert verdict(body) == {"code": "too_large", "index": 1, "field": ""}

@@ -18,7 +18,7 @@ func newAuditCmd(g *globals) *cobra.Command {
 		Use:   "audit --run R [--archive F] [--html F]",
 		Short: "Print a run's audit report, or write it as HTML",
 		Long: `audit replays a run once — from Kafka, or from an archive with --archive — and
-reports what DESIGN.md §6 asks to observe, against the recipe's reference
+reports what docs/design.md §14.8 lists, against the recipe's reference
 figures: drop rates, staleness and its in-flight/in-queue split, masked
 turns and tokens, pass rate and tokens per solve per step, the trainer's
 log-prob gap and truncation, tools, compaction, microVM fork time, and every

@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/rolloutledger/rolloutledger/internal/bench"
+	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/internal/bench"
 )
 
 func newBenchCmd(g *globals) *cobra.Command {

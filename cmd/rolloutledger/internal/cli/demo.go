@@ -11,12 +11,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/segmentio/kafka-go"
 	"github.com/spf13/cobra"
 
+	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
 	"github.com/rolloutledger/rolloutledger/events"
-	"github.com/rolloutledger/rolloutledger/services/kafkalog"
-	"github.com/rolloutledger/rolloutledger/services/simulate"
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 )
 
 func newDemoCmd(g *globals) *cobra.Command {
@@ -150,7 +149,7 @@ type summary struct {
 func summarize(ctx context.Context, kc kafkalog.Config) (*summary, error) {
 	s := &summary{topic: kc.FactsTopic(), byType: map[string]int{}, byRun: map[string]int{}, runPart: map[string]map[int]bool{}}
 	ids := map[string]bool{}
-	err := kafkalog.ReadAll(ctx, kc, kc.FactsTopic(), func(m kafka.Message) error {
+	err := kafkalog.ReadAll(ctx, kc, kc.FactsTopic(), func(m kafkalog.Message) error {
 		ev, err := events.Decode(m.Value)
 		if err != nil {
 			return fmt.Errorf("record %d/%d: %w", m.Partition, m.Offset, err)

@@ -6,8 +6,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/replay"
-	"github.com/rolloutledger/rolloutledger/services/kafkalog"
 )
 
 // demoReplay ends the demo the way an auditor would start: once the

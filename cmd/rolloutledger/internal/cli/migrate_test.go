@@ -9,10 +9,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
 	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/internal/testenv"
-	"github.com/rolloutledger/rolloutledger/services/kafkalog"
-	"github.com/rolloutledger/rolloutledger/services/simulate"
 	"github.com/rolloutledger/rolloutledger/services/stack"
 )
 

@@ -10,12 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
 	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/internal/testenv"
 	"github.com/rolloutledger/rolloutledger/projections"
 	"github.com/rolloutledger/rolloutledger/replay"
-	"github.com/rolloutledger/rolloutledger/services/kafkalog"
-	"github.com/rolloutledger/rolloutledger/services/simulate"
 	"github.com/rolloutledger/rolloutledger/services/stack"
 )
 

@@ -17,8 +17,8 @@ import (
 	"github.com/spf13/cobra"
 	"go.opentelemetry.io/otel"
 
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/internal/telemetry"
-	"github.com/rolloutledger/rolloutledger/services/kafkalog"
 )
 
 // exitError carries a specific exit code out of a command.
@@ -83,19 +83,6 @@ Start with: rolloutledger demo`,
 		newBenchCmd(g),
 	)
 	return root
-}
-
-// notYet is a command the contract names whose implementation has not
-// landed: it says so plainly and exits 2, rather than pretending.
-func notYet(name, short string) *cobra.Command {
-	return &cobra.Command{
-		Use:                name,
-		Short:              short + " (not available yet)",
-		DisableFlagParsing: true,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return &exitError{code: 2, err: fmt.Errorf("%s is not available yet in this build", name)}
-		},
-	}
 }
 
 func (g *globals) logger(defaultFormat string) (*slog.Logger, error) {

@@ -9,8 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/rolloutledger/rolloutledger/internal/auth"
 	"github.com/rolloutledger/rolloutledger/internal/telemetry"
-	"github.com/rolloutledger/rolloutledger/services/auth"
 	"github.com/rolloutledger/rolloutledger/services/stack"
 )
 

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/rolloutledger/rolloutledger/services/simulate"
+	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
 )
 
 // simFlags are the simulator's scale flags, shared by simulate and demo.

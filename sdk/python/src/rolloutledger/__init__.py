@@ -8,6 +8,7 @@ samples as NumPy arrays and report their gradient steps. See README.md.
 from .client import Ack, Ledger
 from .errors import (
     AuthenticationError,
+    DigestMismatchError,
     InfrastructureError,
     LedgerError,
     NotFoundError,
@@ -36,6 +37,8 @@ from .facts import (
     TaskRegistered,
     ToolCalled,
     TurnGenerated,
+    VersionSegment,
+    default_fact_version,
 )
 from .ids import uuid7
 from .samples import Batch, Sample, SampleBatch
@@ -54,6 +57,7 @@ __all__ = [
     "AttemptStarted",
     "Batch",
     "ContextCompacted",
+    "DigestMismatchError",
     "Event",
     "FACT_TYPES",
     "Fact",
@@ -79,7 +83,9 @@ __all__ = [
     "TrainerState",
     "TurnGenerated",
     "UnavailableError",
+    "VersionSegment",
     "ValidationError",
+    "default_fact_version",
     "uuid7",
     "validate_body",
 ]

@@ -18,7 +18,8 @@ bytes as a duplicate, so a retry never appends a fact twice. A refusal
 code, message, event index and field.
 
 Reading. :meth:`Ledger.batches` long-polls for sealed batches;
-:meth:`Ledger.samples` fetches a batch's samples as NumPy arrays.
+:meth:`Ledger.samples` fetches a batch's samples as NumPy arrays (from
+Apache Arrow IPC without copying when pyarrow is installed, else NDJSON).
 """
 
 from __future__ import annotations
@@ -38,7 +39,15 @@ from . import errors as E
 from ._http import TRANSIENT_STATUSES, TRANSPORT_ERRORS, Transport, error_from_response
 from ._schema import valid_entity_id, valid_run_id
 from .facts import Event, Fact, GradientApplied, PolicyPublished
-from .samples import Batch, SampleBatch, parse_samples
+from .samples import (
+    ARROW_MEDIA_TYPE,
+    NDJSON_MEDIA_TYPE,
+    Batch,
+    SampleBatch,
+    have_pyarrow,
+    parse_arrow_samples,
+    parse_samples,
+)
 from .trainer import TrainerState
 from .worker import Attempt
 
@@ -78,6 +87,16 @@ class Ledger:
     ``batch_bytes`` bound one request; ``linger`` is how long the flusher
     waits for more events before sending a small batch.
 
+    ``fact_version`` caps the schema version events are written at: 1 keeps
+    version 1 facts (token arrays as JSON arrays, one policy version per
+    turn, no text) for consumers that read nothing newer. None takes
+    ``$ROLLOUTLEDGER_FACT_VERSION`` when set, and otherwise each type's
+    newest version.
+
+    ``samples_format`` is how :meth:`samples` fetches a batch's samples:
+    "arrow" (Apache Arrow IPC, needs pyarrow), "ndjson", or "auto" (Arrow
+    when pyarrow is installed).
+
     ``token`` is the bearer token sent with every request; when it is None,
     ``$ROLLOUTLEDGER_TOKEN`` is used if set. A ledger that does not know the
     token answers 401 (:class:`~rolloutledger.AuthenticationError`); one whose
@@ -99,6 +118,8 @@ class Ledger:
         batch_events: int = 256,
         batch_bytes: int = 8 << 20,
         linger: float = 0.02,
+        fact_version: int | None = None,
+        samples_format: str = "auto",
     ):
         if not valid_entity_id(source):
             raise ValueError(f"source {source!r} is not an id ([A-Za-z0-9._:/-]{{1,200}})")
@@ -111,6 +132,12 @@ class Ledger:
         self.batch_events = batch_events
         self.batch_bytes = batch_bytes
         self.linger = linger
+        if fact_version is not None and (isinstance(fact_version, bool) or not isinstance(fact_version, int) or fact_version < 1):
+            raise ValueError(f"fact_version {fact_version!r}: want a schema version, 1 or more")
+        self.fact_version = fact_version
+        if samples_format not in ("auto", "arrow", "ndjson"):
+            raise ValueError(f"samples_format {samples_format!r}: want 'auto', 'arrow' or 'ndjson'")
+        self.samples_format = samples_format
         if token is None:
             token = os.environ.get("ROLLOUTLEDGER_TOKEN") or None
         self._http = Transport(self.url, token=token)
@@ -137,8 +164,9 @@ class Ledger:
     # --- sending now -------------------------------------------------------------
 
     def event(self, run: str, fact: Fact, *, source: str | None = None, at=None, id: str | None = None) -> Event:
-        """An event of ``fact`` in ``run`` from this client's source."""
-        return Event(run, fact, source=source or self.source, at=at, id=id)
+        """An event of ``fact`` in ``run`` from this client's source, at the
+        newest schema version up to the client's ``fact_version``."""
+        return Event(run, fact, source=source or self.source, at=at, id=id, fact_version=self.fact_version)
 
     def post(self, events: Iterable[Event | bytes]) -> list[Ack]:
         """Validates, sends and waits for the acknowledgment of ``events``
@@ -370,13 +398,14 @@ class Ledger:
 
     # --- reading -------------------------------------------------------------------
 
-    def _get(self, path: str, *, timeout: float | None = None, ok=(200,)):
+    def _get(self, path: str, *, timeout: float | None = None, ok=(200,), accept: str | None = None):
         """A GET, retried on transport errors and transient answers."""
         deadline = time.monotonic() + self.retry_timeout
         attempt = 0
+        headers = {"Accept": accept} if accept else None
         while True:
             try:
-                resp = self._http.request("GET", path, timeout=timeout or self.timeout)
+                resp = self._http.request("GET", path, timeout=timeout or self.timeout, headers=headers)
             except TRANSPORT_ERRORS as e:
                 last = f"{type(e).__name__}: {e}"
             else:
@@ -415,7 +444,7 @@ class Ledger:
 
     def batch(self, run: str, seq: int) -> Batch:
         """Sealed batch ``seq`` (NotFoundError if not sealed yet)."""
-        return Batch(self._get(f"{self._run_path(run)}/batches/{int(seq)}").json(), self)
+        return Batch.from_json(self._get(f"{self._run_path(run)}/batches/{int(seq)}").body, self)
 
     def next_batch(self, run: str, after: int, wait: float = 30.0) -> Batch | None:
         """Long-polls for batch ``after + 1`` for up to ``wait`` seconds
@@ -425,11 +454,37 @@ class Ledger:
         resp = self._get(path, timeout=wait + self.timeout, ok=(200, 204))
         if resp.status == 204:
             return None
-        return Batch(resp.json(), self)
+        return Batch.from_json(resp.body, self)
 
-    def samples(self, run: str, seq: int) -> SampleBatch:
-        """The materialized samples of batch ``seq`` as NumPy arrays."""
-        return parse_samples(self._get(f"{self._run_path(run)}/batches/{int(seq)}/samples").body)
+    def samples(self, run: str, seq: int, *, format: str | None = None, verify_digest: bool = False) -> SampleBatch:
+        """The materialized samples of batch ``seq`` as NumPy arrays.
+
+        ``format``: "arrow" (Apache Arrow IPC, read without copying the
+        token columns; needs pyarrow), "ndjson", or None for the client's
+        ``samples_format`` ("auto": Arrow when pyarrow is installed). With
+        ``verify_digest``, the batch's manifest is fetched and the digest
+        recomputed from it and the arrays (DigestMismatchError when they
+        disagree)."""
+        fmt = format or self.samples_format
+        if fmt == "auto":
+            fmt = "arrow" if have_pyarrow() else "ndjson"
+        path = f"{self._run_path(run)}/batches/{int(seq)}/samples"
+        if fmt == "arrow":
+            if not have_pyarrow():
+                raise ImportError("Arrow samples need pyarrow: pip install rolloutledger[arrow] (or format='ndjson')")
+            resp = self._get(path, accept=ARROW_MEDIA_TYPE)
+            samples, meta = parse_arrow_samples(resp.body)
+            if meta.get("run", run) != run or meta.get("seq", str(int(seq))) != str(int(seq)):
+                raise E.LedgerError(f"asked for the samples of batch {seq} of {run}, got those of batch {meta.get('seq')} of {meta.get('run')}")
+        elif fmt == "ndjson":
+            resp = self._get(path, accept=NDJSON_MEDIA_TYPE)
+            samples = parse_samples(resp.body)
+            samples.raw_ndjson = resp.body
+        else:
+            raise ValueError(f"format {format!r}: want 'arrow', 'ndjson' or None")
+        if verify_digest:
+            self.batch(run, seq).verify(samples)
+        return samples
 
     def batches(
         self,

@@ -152,6 +152,10 @@ class UnavailableError(LedgerError):
         self.events = list(events or [])
 
 
+class DigestMismatchError(LedgerError):
+    """A batch's manifest and samples do not hash to the digest it names."""
+
+
 class ResumeError(LedgerError):
     """A trainer's saved state does not match what the ledger holds."""
 

@@ -1,23 +1,53 @@
 """Sealed batches and their materialized samples, as NumPy arrays.
 
-A batch's manifest (the ``batch.sealed`` decision, DESIGN.md section 5) is a
-:class:`Batch`; its samples (``GET .../batches/{seq}/samples``, one NDJSON
-line per attempt and training segment) are a :class:`SampleBatch` of
-:class:`Sample`. Every token of a sample carries its id, its loss mask (1 on
-completion tokens of trained turns, 0 on observation tokens and stale
-turns), the rollout log-prob (0 for observation tokens) and the policy
-version of its turn; the sample carries its attempt's advantage.
+A batch's manifest (the ``batch.sealed`` decision, docs/design.md section
+7.3) is a :class:`Batch`; its samples (``GET .../batches/{seq}/samples``,
+one per attempt and training segment, section 6.9) are a
+:class:`SampleBatch` of :class:`Sample`. Every token of a sample carries its
+id, its loss mask (1 on completion tokens of version segments that train, 0
+on observation tokens and stale segments), the rollout log-prob (0 for
+observation tokens) and the policy version that generated it; the sample
+carries its attempt's advantage.
+
+The samples arrive as Apache Arrow IPC when pyarrow is installed
+(``pip install rolloutledger[arrow]``), else as NDJSON. From Arrow the
+arrays are views of the response's memory: each column's values are one
+contiguous buffer, reached without a copy (read-only arrays; copy one with
+``np.array(x)`` to write to it). A :class:`SampleBatch` holds the batch's
+columns flat, end to end, with ``offsets`` marking where each sample
+starts; a :class:`Sample` is a view of its slice.
+
+The batch digest covers the manifest and the samples in a canonical binary
+form (docs/design.md section 7.4), which :meth:`SampleBatch.canonical_chunks`
+rebuilds from the arrays, so :meth:`Batch.samples` can check it
+(``verify_digest=True``) whichever way the samples travelled.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import struct
+import warnings
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-__all__ = ["Batch", "Sample", "SampleBatch", "parse_samples"]
+from . import errors as E
+
+__all__ = ["Batch", "Sample", "SampleBatch", "parse_samples", "parse_arrow_samples", "have_pyarrow"]
+
+ARROW_MEDIA_TYPE = "application/vnd.apache.arrow.stream"
+NDJSON_MEDIA_TYPE = "application/x-ndjson"
+
+# The dtypes of the columns, in NumPy and in the canonical form alike.
+_DTYPES = {
+    "token_ids": np.dtype("<i4"),
+    "loss_mask": np.dtype("u1"),
+    "rollout_logprobs": np.dtype("<f4"),
+    "policy_versions": np.dtype("<i8"),
+}
 
 
 def _torch():
@@ -28,15 +58,40 @@ def _torch():
     return torch
 
 
+def have_pyarrow() -> bool:
+    """Whether pyarrow can be imported (samples then travel as Arrow)."""
+    try:
+        import pyarrow  # noqa: F401, PLC0415 - optional dependency
+    except ImportError:
+        return False
+    return True
+
+
+def _tensor(torch, a: np.ndarray, device=None):
+    """A tensor sharing a's memory (a may be a read-only view of a
+    response: torch warns about those, and the tensor must not be written
+    in place); on another device, a copy there."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        t = torch.from_numpy(a)
+    return t if device is None else t.to(device)
+
+
+def _mask_tensor(torch, mask: np.ndarray, device=None):
+    """The uint8 loss mask as a torch.bool tensor, a view of the same bytes."""
+    t = _tensor(torch, np.ascontiguousarray(mask, dtype=np.uint8)).view(torch.bool)
+    return t if device is None else t.to(device)
+
+
 @dataclass(eq=False)
 class Sample:
-    """One attempt's training segment."""
+    """One attempt's training segment (its arrays may be read-only views)."""
 
     group: str
     attempt: str
     segment: int
     token_ids: np.ndarray  # int32
-    loss_mask: np.ndarray  # int8, 1 where the token trains
+    loss_mask: np.ndarray  # uint8, 1 where the token trains
     rollout_logprobs: np.ndarray  # float32
     policy_versions: np.ndarray  # int64
     advantage: float
@@ -51,25 +106,93 @@ class Sample:
         return (self.loss_mask * np.float32(self.advantage)).astype(np.float32)
 
     def to_torch(self, device=None) -> dict[str, Any]:
-        """The arrays as torch tensors (int64 token ids, bool loss mask)."""
+        """The arrays as torch tensors sharing the arrays' memory: int32
+        token ids (``.long()`` for an int64 copy), a bool view of the loss
+        mask, float32 log-probs, int64 versions; on another device, copies
+        there."""
         torch = _torch()
         return {
-            "token_ids": torch.as_tensor(self.token_ids.astype(np.int64), device=device),
-            "loss_mask": torch.as_tensor(self.loss_mask.astype(bool), device=device),
-            "rollout_logprobs": torch.as_tensor(self.rollout_logprobs, device=device),
-            "policy_versions": torch.as_tensor(self.policy_versions, device=device),
-            "advantages": torch.as_tensor(self.advantages, device=device),
+            "token_ids": _tensor(torch, self.token_ids, device),
+            "loss_mask": _mask_tensor(torch, self.loss_mask, device),
+            "rollout_logprobs": _tensor(torch, self.rollout_logprobs, device),
+            "policy_versions": _tensor(torch, self.policy_versions, device),
+            "advantages": _tensor(torch, self.advantages, device),
         }
 
 
 class SampleBatch(Sequence[Sample]):
-    """The samples of one batch, in manifest order."""
+    """The samples of one batch, in manifest order, held as flat columns:
+    ``token_ids`` (int32), ``loss_mask`` (uint8), ``rollout_logprobs``
+    (float32) and ``policy_versions`` (int64) of every sample end to end,
+    ``offsets`` (int64, n+1) where each sample starts, and per sample
+    ``groups``, ``attempts``, ``segments`` and ``sample_advantages``.
+    ``source`` says how they arrived: "arrow" or "ndjson"."""
 
-    def __init__(self, samples: list[Sample]):
-        self.samples = samples
+    def __init__(self, samples: list[Sample] | None = None, *, columns: dict[str, Any] | None = None,
+                 source: str = "ndjson"):
+        self.source = source
+        if columns is None:
+            samples = samples or []
+            lengths = np.array([len(s) for s in samples], dtype=np.int64)
+            offsets = np.zeros(len(samples) + 1, dtype=np.int64)
+            np.cumsum(lengths, out=offsets[1:])
+
+            def cat(name):
+                parts = [np.asarray(getattr(s, name), dtype=_DTYPES[name]) for s in samples]
+                return np.concatenate(parts) if parts else np.zeros(0, dtype=_DTYPES[name])
+
+            columns = {
+                "groups": [s.group for s in samples],
+                "attempts": [s.attempt for s in samples],
+                "segments": np.array([s.segment for s in samples], dtype=np.int64),
+                "sample_advantages": np.array([s.advantage for s in samples], dtype=np.float64),
+                "offsets": offsets,
+                **{name: cat(name) for name in _DTYPES},
+            }
+        self.groups: list[str] = columns["groups"]
+        self.attempts: list[str] = columns["attempts"]
+        self.segments: np.ndarray = columns["segments"]
+        self.sample_advantages: np.ndarray = columns["sample_advantages"]
+        self.offsets: np.ndarray = columns["offsets"]
+        self.token_ids: np.ndarray = columns["token_ids"]
+        self.loss_mask: np.ndarray = columns["loss_mask"]
+        self.rollout_logprobs: np.ndarray = columns["rollout_logprobs"]
+        self.policy_versions: np.ndarray = columns["policy_versions"]
+        n = len(self.groups)
+        if not (len(self.attempts) == len(self.segments) == len(self.sample_advantages) == n and len(self.offsets) == n + 1):
+            raise E.LedgerError(f"samples: per-sample columns of unequal length ({n} groups, {len(self.offsets)} offsets)")
+        total = int(self.offsets[-1]) if n else 0
+        for name, dt in _DTYPES.items():
+            a = getattr(self, name)
+            if a.dtype != dt or a.ndim != 1 or len(a) != total:
+                raise E.LedgerError(f"samples: column {name} is {a.dtype}[{len(a)}], want {dt}[{total}]")
+        self._samples: list[Sample] | None = None
+        # The NDJSON body as served, when the samples came as NDJSON: what a
+        # rule version 1 batch's digest covers.
+        self.raw_ndjson: bytes | None = None
+
+    @property
+    def samples(self) -> list[Sample]:
+        """The samples, each a view of its slice of the columns."""
+        if self._samples is None:
+            o = self.offsets
+            self._samples = [
+                Sample(
+                    group=self.groups[i],
+                    attempt=self.attempts[i],
+                    segment=int(self.segments[i]),
+                    token_ids=self.token_ids[o[i]:o[i + 1]],
+                    loss_mask=self.loss_mask[o[i]:o[i + 1]],
+                    rollout_logprobs=self.rollout_logprobs[o[i]:o[i + 1]],
+                    policy_versions=self.policy_versions[o[i]:o[i + 1]],
+                    advantage=float(self.sample_advantages[i]),
+                )
+                for i in range(len(self.groups))
+            ]
+        return self._samples
 
     def __len__(self) -> int:
-        return len(self.samples)
+        return len(self.groups)
 
     def __getitem__(self, i):
         return self.samples[i]
@@ -78,78 +201,109 @@ class SampleBatch(Sequence[Sample]):
         return iter(self.samples)
 
     @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    @property
     def num_tokens(self) -> int:
-        return sum(len(s) for s in self.samples)
+        return int(len(self.token_ids))
 
     @property
     def num_trained_tokens(self) -> int:
-        return int(sum(int(s.loss_mask.sum()) for s in self.samples))
+        return int(np.count_nonzero(self.loss_mask))
+
+    def token_advantages(self) -> np.ndarray:
+        """float32 per token: its sample's advantage where the loss mask is
+        1, else 0."""
+        per_token = np.repeat(self.sample_advantages.astype(np.float32), self.lengths)
+        return per_token * self.loss_mask
 
     def padded(self, pad_id: int = 0) -> dict[str, np.ndarray]:
-        """Right-padded 2-D arrays, one row per sample:
+        """Right-padded 2-D arrays, one row per sample (copies):
 
-        token_ids int32 [n, L] (pad ``pad_id``), loss_mask int8 [n, L],
-        attention_mask int8 [n, L], rollout_logprobs float32 [n, L],
+        token_ids int32 [n, L] (pad ``pad_id``), loss_mask uint8 [n, L],
+        attention_mask uint8 [n, L], rollout_logprobs float32 [n, L],
         policy_versions int64 [n, L] (pad -1), token_advantages float32
         [n, L] (the advantage where loss_mask is 1), advantages float64 [n],
         lengths int64 [n].
         """
-        n = len(self.samples)
-        lengths = np.array([len(s) for s in self.samples], dtype=np.int64)
+        n = len(self)
+        lengths = self.lengths.astype(np.int64)
         width = int(lengths.max()) if n else 0
-        out = {
-            "token_ids": np.full((n, width), pad_id, dtype=np.int32),
-            "loss_mask": np.zeros((n, width), dtype=np.int8),
-            "attention_mask": np.zeros((n, width), dtype=np.int8),
-            "rollout_logprobs": np.zeros((n, width), dtype=np.float32),
-            "policy_versions": np.full((n, width), -1, dtype=np.int64),
-            "token_advantages": np.zeros((n, width), dtype=np.float32),
-            "advantages": np.array([s.advantage for s in self.samples], dtype=np.float64),
-            "lengths": lengths,
-        }
-        for i, s in enumerate(self.samples):
-            m = len(s)
-            out["token_ids"][i, :m] = s.token_ids
-            out["loss_mask"][i, :m] = s.loss_mask
-            out["attention_mask"][i, :m] = 1
-            out["rollout_logprobs"][i, :m] = s.rollout_logprobs
-            out["policy_versions"][i, :m] = s.policy_versions
-            out["token_advantages"][i, :m] = s.advantages
-        return out
+        # Row i, column j holds flat token offsets[i] + j when j < lengths[i].
+        cols = np.arange(width, dtype=np.int64)
+        valid = cols[None, :] < lengths[:, None]
+        flat = (self.offsets[:-1, None] + cols[None, :])[valid]
+        adv = self.token_advantages()
 
-    def packed(self) -> dict[str, np.ndarray]:
-        """All samples end to end, with ``cu_seqlens`` int64 [n+1] marking
-        where each starts (the layout of variable-length attention kernels)."""
-        lengths = np.array([len(s) for s in self.samples], dtype=np.int64)
-        cu = np.zeros(len(self.samples) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=cu[1:])
-
-        def cat(name, dtype):
-            parts = [getattr(s, name) for s in self.samples]
-            return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype=dtype)
+        def place(a, fill, dtype):
+            out = np.full((n, width), fill, dtype=dtype)
+            out[valid] = a[flat]
+            return out
 
         return {
-            "token_ids": cat("token_ids", np.int32),
-            "loss_mask": cat("loss_mask", np.int8),
-            "rollout_logprobs": cat("rollout_logprobs", np.float32),
-            "policy_versions": cat("policy_versions", np.int64),
-            "token_advantages": cat("advantages", np.float32),
-            "advantages": np.array([s.advantage for s in self.samples], dtype=np.float64),
-            "cu_seqlens": cu,
+            "token_ids": place(self.token_ids, pad_id, np.int32),
+            "loss_mask": place(self.loss_mask, 0, np.uint8),
+            "attention_mask": valid.astype(np.uint8),
+            "rollout_logprobs": place(self.rollout_logprobs, 0, np.float32),
+            "policy_versions": place(self.policy_versions, -1, np.int64),
+            "token_advantages": place(adv, 0, np.float32),
+            "advantages": self.sample_advantages.astype(np.float64),
+            "lengths": lengths,
         }
 
-    def to_torch(self, device=None, pad_id: int = 0) -> dict[str, Any]:
-        """:meth:`padded` as torch tensors (int64 ids, bool masks)."""
+    def packed(self) -> dict[str, np.ndarray]:
+        """All samples end to end — the columns themselves, no copy — with
+        ``cu_seqlens`` int64 [n+1] marking where each starts (the layout of
+        variable-length attention kernels) and ``token_advantages``."""
+        return {
+            "token_ids": self.token_ids,
+            "loss_mask": self.loss_mask,
+            "rollout_logprobs": self.rollout_logprobs,
+            "policy_versions": self.policy_versions,
+            "token_advantages": self.token_advantages(),
+            "advantages": self.sample_advantages.astype(np.float64),
+            "cu_seqlens": self.offsets.astype(np.int64),
+        }
+
+    def to_torch(self, device=None, pad_id: int = 0, layout: str = "packed") -> dict[str, Any]:
+        """The batch as torch tensors. ``layout="packed"`` (default): the
+        columns of :meth:`packed`, sharing their memory (int32 token ids,
+        a bool view of the loss mask; read-only: do not write in place);
+        ``layout="padded"``: :meth:`padded` (copies), ids int32, masks bool.
+        On another ``device``, copies there."""
         torch = _torch()
-        p = self.padded(pad_id)
+        if layout == "packed":
+            p = self.packed()
+        elif layout == "padded":
+            p = self.padded(pad_id)
+        else:
+            raise ValueError(f"layout {layout!r}: want 'packed' or 'padded'")
         out = {}
         for k, v in p.items():
-            if k == "token_ids":
-                v = v.astype(np.int64)
-            elif k in ("loss_mask", "attention_mask"):
-                v = v.astype(bool)
-            out[k] = torch.as_tensor(v, device=device)
+            out[k] = _mask_tensor(torch, v, device) if k in ("loss_mask", "attention_mask") else _tensor(torch, v, device)
         return out
+
+    def canonical_chunks(self) -> Iterator[memoryview | bytes]:
+        """The samples' canonical binary form (docs/design.md section 7.4),
+        piece by piece: what the batch digest covers after the manifest."""
+        o = self.offsets
+        cols = [np.ascontiguousarray(getattr(self, name), dtype=dt) for name, dt in _DTYPES.items()]
+        for i in range(len(self)):
+            g, a = self.groups[i].encode(), self.attempts[i].encode()
+            lo, hi = int(o[i]), int(o[i + 1])
+            yield struct.pack("<I", len(g)) + g + struct.pack("<I", len(a)) + a + struct.pack(
+                "<qdQ", int(self.segments[i]), float(self.sample_advantages[i]), hi - lo)
+            for c in cols:
+                yield memoryview(c[lo:hi]).cast("B")
+
+    def digest(self, manifest_without_digest: bytes) -> str:
+        """``sha256:<hex>`` of the manifest (its canonical bytes without
+        the digest member) followed by the samples' canonical form."""
+        h = hashlib.sha256(manifest_without_digest)
+        for chunk in self.canonical_chunks():
+            h.update(chunk)
+        return "sha256:" + h.hexdigest()
 
 
 def parse_samples(ndjson: bytes) -> SampleBatch:
@@ -165,13 +319,67 @@ def parse_samples(ndjson: bytes) -> SampleBatch:
                 attempt=d["attempt"],
                 segment=int(d["segment"]),
                 token_ids=np.asarray(d["token_ids"], dtype=np.int32),
-                loss_mask=np.asarray(d["loss_mask"], dtype=np.int8),
+                loss_mask=np.asarray(d["loss_mask"], dtype=np.uint8),
                 rollout_logprobs=np.asarray(d["rollout_logprobs"], dtype=np.float32),
                 policy_versions=np.asarray(d["policy_versions"], dtype=np.int64),
                 advantage=float(d["advantage"]),
             )
         )
-    return SampleBatch(out)
+    return SampleBatch(out, source="ndjson")
+
+
+def _flat(col, name):
+    """A list column's values and offsets, without copying when the column
+    is one chunk."""
+    import pyarrow as pa  # noqa: PLC0415 - optional dependency
+
+    chunks = col.chunks
+    if len(chunks) == 1:
+        arr = chunks[0]
+        values = arr.values.to_numpy(zero_copy_only=True)
+        offsets = arr.offsets.to_numpy(zero_copy_only=True)
+        return values, offsets
+    # Several record batches (a batch past the server's per-record bound):
+    # one copy to join them.
+    arr = pa.concat_arrays([c.flatten() for c in chunks]) if chunks else pa.array([], type=col.type.value_type)
+    values = arr.to_numpy(zero_copy_only=False)
+    lengths = np.concatenate([np.diff(c.offsets.to_numpy()) for c in chunks]) if chunks else np.zeros(0, np.int64)
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return values, offsets
+
+
+def parse_arrow_samples(body) -> tuple[SampleBatch, dict[str, str]]:
+    """Reads an Arrow IPC stream of samples (the answer to ``Accept:
+    application/vnd.apache.arrow.stream``) without copying the token
+    columns; returns the samples and the schema's metadata (run, seq,
+    digest, rule_version)."""
+    import pyarrow as pa  # noqa: PLC0415 - optional dependency
+
+    reader = pa.ipc.open_stream(pa.py_buffer(body))
+    table = reader.read_all()
+    meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+    want = {"group", "attempt", "segment", "advantage", *_DTYPES}
+    if not want <= set(table.column_names):
+        raise E.LedgerError(f"Arrow samples lack columns {sorted(want - set(table.column_names))}")
+    columns: dict[str, Any] = {
+        "groups": table.column("group").to_pylist(),
+        "attempts": table.column("attempt").to_pylist(),
+        "segments": table.column("segment").to_numpy().astype(np.int64),
+        "sample_advantages": table.column("advantage").to_numpy(),
+    }
+    offsets = None
+    for name, dt in _DTYPES.items():
+        values, off = _flat(table.column(name), name)
+        if values.dtype != dt:
+            raise E.LedgerError(f"Arrow samples: column {name} holds {values.dtype}, want {dt}")
+        columns[name] = values
+        if offsets is None:
+            offsets = off
+        elif not np.array_equal(offsets, off):
+            raise E.LedgerError(f"Arrow samples: column {name} has other sample boundaries than token_ids")
+    columns["offsets"] = (offsets if offsets is not None else np.zeros(1)).astype(np.int64)
+    return SampleBatch(columns=columns, source="arrow"), meta
 
 
 class Batch:
@@ -182,9 +390,10 @@ class Batch:
     attributes. :meth:`samples` fetches (once) the materialized samples.
     """
 
-    def __init__(self, manifest: dict, ledger=None):
+    def __init__(self, manifest: dict, ledger=None, raw: bytes | None = None):
         self.manifest = manifest
         self._ledger = ledger
+        self.raw = raw  # the manifest's bytes as served, when read from the ledger
         self._samples: SampleBatch | None = None
 
     run = property(lambda self: self.manifest["run"])
@@ -213,16 +422,50 @@ class Batch:
         """Every included attempt of every group, in manifest order."""
         return [a for g in self.groups for a in g.get("attempts", [])]
 
-    def samples(self) -> SampleBatch:
+    def samples(self, *, verify_digest: bool = False, format: str | None = None) -> SampleBatch:
+        """The batch's samples, fetched once. ``format`` is "arrow",
+        "ndjson" or None (the client's choice: Arrow when pyarrow is
+        installed). With ``verify_digest``, the digest is recomputed from
+        this manifest's bytes and the samples' arrays (docs/design.md
+        section 7.4) and a mismatch raises DigestMismatchError."""
         if self._samples is None:
             if self._ledger is None:
                 raise RuntimeError("this batch is not bound to a ledger client")
-            self._samples = self._ledger.samples(self.run, self.seq)
+            self._samples = self._ledger.samples(self.run, self.seq, format=format)
+        if verify_digest:
+            self.verify(self._samples)
         return self._samples
+
+    def manifest_without_digest(self) -> bytes:
+        """The canonical manifest bytes the digest covers: the manifest as
+        served, without its last member ``"digest"``."""
+        if self.raw is None:
+            raise E.LedgerError("this batch was not read from the ledger: its canonical bytes are unknown")
+        body = self.raw.rstrip(b"\n")
+        cut = body.rfind(b',"digest":')
+        if cut < 0 or not body.endswith(b'"}'):
+            raise E.LedgerError(f"batch {self.seq}: the manifest has no trailing digest member")
+        return body[:cut] + b"}"
+
+    def verify(self, samples: SampleBatch) -> str:
+        """Recomputes the digest from the manifest and ``samples``; returns
+        it, or raises DigestMismatchError. Batches of rule version 1 were
+        digested over their NDJSON body, which only the NDJSON route can
+        reproduce."""
+        if (self.rule_version or 1) < 2:
+            raw = getattr(samples, "raw_ndjson", None)
+            if raw is None:
+                raise E.LedgerError(f"batch {self.seq} was sealed under rule version 1, whose digest covers the NDJSON body: fetch it with format='ndjson' to verify")
+            got = "sha256:" + hashlib.sha256(self.manifest_without_digest() + raw).hexdigest()
+        else:
+            got = samples.digest(self.manifest_without_digest())
+        if got != self.digest:
+            raise E.DigestMismatchError(f"batch {self.seq} of run {self.run}: the manifest and samples hash to {got}, the manifest says {self.digest}")
+        return got
 
     def __repr__(self) -> str:
         return f"Batch(run={self.run!r}, seq={self.seq}, groups={len(self.groups)}, digest={self.digest!r})"
 
     @classmethod
     def from_json(cls, body: bytes, ledger=None) -> "Batch":
-        return cls(json.loads(body), ledger)
+        return cls(json.loads(body), ledger, raw=bytes(body))

@@ -1,0 +1,154 @@
+package bench_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/internal/bench"
+	"github.com/rolloutledger/rolloutledger/internal/testenv"
+)
+
+// TestMain lets this test binary be the memory figure's child process, as
+// the rolloutledger binary is when bench runs it.
+func TestMain(m *testing.M) {
+	if bench.IsChild() {
+		if err := bench.RunChild(context.Background(), os.Stdout); err != nil {
+			os.Stderr.WriteString(err.Error() + "\n")
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// kafkaLibs is where scripts/services.sh installs Apache Kafka's jars.
+func kafkaLibs(t *testing.T) string {
+	if d := os.Getenv("KAFKA_LIBS"); d != "" {
+		return d
+	}
+	d, _ := filepath.Abs(filepath.Join("..", "..", ".services", "kafka", "libs"))
+	if jars, _ := filepath.Glob(filepath.Join(d, "kafka-tools-*.jar")); len(jars) == 0 {
+		if testenv.InCI() {
+			t.Fatalf("CI=true and Apache Kafka's jars are not in %s", d)
+		}
+		t.Logf("no Kafka jars in %s: the ProducerPerformance baseline is skipped", d)
+	}
+	return d
+}
+
+// The short mode CI runs: every figure is measured once at tiny sizes
+// against the real servers, the report is whole, and the run leaves no
+// topic or schema behind. No figure's value is asserted beyond being a
+// measurement.
+func TestShortRunsEveryFigure(t *testing.T) {
+	kc := testenv.RealKafka(t)
+	url := testenv.Postgres(t)
+	libs := kafkaLibs(t)
+	rep, err := bench.Run(context.Background(), bench.Options{Brokers: kc.Brokers, DatabaseURL: url, KafkaLibs: libs, Short: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups := map[string]int{}
+	for _, f := range rep.Figures {
+		groups[f.Group]++
+		if f.Command == "" {
+			t.Errorf("%s: no command to reproduce it", f.Name)
+		}
+		if f.Skipped {
+			if strings.Contains(f.Name, "perf-test") && !testenv.InCI() {
+				continue
+			}
+			t.Errorf("%s: skipped: %s", f.Name, f.Note)
+			continue
+		}
+		if len(f.Runs) != 1 {
+			t.Errorf("%s: %d runs, want 1 in short mode", f.Name, len(f.Runs))
+		}
+		if f.Median != f.Runs[0] || f.Min != f.Max {
+			t.Errorf("%s: median %v min %v max %v of runs %v", f.Name, f.Median, f.Min, f.Max, f.Runs)
+		}
+		if f.Median <= 0 && !strings.Contains(f.Name, "growth") {
+			t.Errorf("%s: %v %s, want a positive measurement", f.Name, f.Median, f.Unit)
+		}
+		if f.Goal != "" && f.Ratio == nil && !strings.Contains(f.Goal, "perf-test") {
+			t.Errorf("%s: goal %q without a ratio", f.Name, f.Goal)
+		}
+	}
+	for _, g := range bench.Groups {
+		if groups[g] == 0 {
+			t.Errorf("no figure of group %s", g)
+		}
+	}
+
+	var buf bytes.Buffer
+	if err := rep.WriteTable(&buf); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range rep.Figures {
+		if !strings.Contains(buf.String(), f.Name) {
+			t.Errorf("the table does not show %q:\n%s", f.Name, buf.String())
+		}
+	}
+	buf.Reset()
+	if err := rep.WriteJSON(&buf); err != nil {
+		t.Fatal(err)
+	}
+	var back bench.Report
+	if err := json.Unmarshal(buf.Bytes(), &back); err != nil || len(back.Figures) != len(rep.Figures) {
+		t.Fatalf("the JSON report does not read back: %v (%d figures)", err, len(back.Figures))
+	}
+
+	// Nothing left behind.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := kafka.DialContext(ctx, "tcp", kc.Brokers[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	parts, err := conn.ReadPartitions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range parts {
+		if strings.HasPrefix(p.Topic, rep.Prefix+"-") {
+			t.Errorf("topic %s is left behind", p.Topic)
+		}
+	}
+	pg, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pg.Close(ctx)
+	var left int
+	if err := pg.QueryRow(ctx, "SELECT count(*) FROM pg_namespace WHERE nspname LIKE $1", strings.ReplaceAll(rep.Prefix, "-", "_")+"_%").Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Errorf("%d schemas of %s are left behind", left, rep.Prefix)
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	err := bench.Options{Only: []string{"ingest", "speed"}}.Validate()
+	if err == nil {
+		t.Fatal("want an error for no brokers and an unknown group")
+	}
+	for _, want := range []string{"no Kafka brokers", `unknown figure group "speed"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if err := (bench.Options{Brokers: []string{"127.0.0.1:9092"}, Only: bench.Groups}).Validate(); err != nil {
+		t.Errorf("valid options refused: %v", err)
+	}
+}

@@ -1,0 +1,255 @@
+package simulate
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/rolloutledger/rolloutledger/events"
+)
+
+// Epoch is virtual time zero: every event's `at` is Epoch plus its virtual
+// time, so `at` is as deterministic as the content.
+var Epoch = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+
+// What run.started declares, and the producers' names (their `source`).
+const (
+	modelName   = "flash-sim-30b"
+	harnessName = "terminal-bench-v2-sim"
+	scheduler   = "scheduler"
+	verifier    = "verifier"
+	trainer     = "trainer"
+)
+
+// Generate builds the whole run's events for run id run, without I/O. Event
+// content is a pure function of o's Seed and scale fields; only the event
+// ids are random.
+func Generate(o Options, run string) (*Plan, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	if !events.ValidRunID(run) {
+		return nil, fmt.Errorf("simulate: run %q: want [A-Za-z0-9._-]{1,128}", run)
+	}
+	o = o.withDefaults()
+	m := newModel(o)
+	m.drawTasks()
+	m.drawGroups()
+	engines := engineCount(o)
+	m.schedule(engines)
+	versions := m.publish()
+	return m.emit(run, engines, versions), nil
+}
+
+// emitter collects each producer's events with their virtual times; seq
+// keeps emission order among events of one stream at the same instant.
+type emitter struct {
+	run  string
+	bufs [][]record
+	seq  int
+}
+
+type record struct {
+	vt  int64
+	seq int
+	ev  events.Event
+}
+
+func (em *emitter) add(stream int, vt int64, source string, f events.Fact) {
+	ev := events.New(em.run, source, Epoch.Add(time.Duration(vt)*time.Millisecond), f)
+	// The simulator writes catalogue version 1 facts: its runs, and the
+	// manifests and tree heads pinned from them, are version 1 runs.
+	ev.V = 1
+	em.bufs[stream] = append(em.bufs[stream], record{vt: vt, seq: em.seq, ev: ev})
+	em.seq++
+}
+
+func (m *model) emit(run string, engines int, versions []int64) *Plan {
+	const sched = 0
+	ver, tr := engines+1, engines+2
+	em := &emitter{run: run, bufs: make([][]record, engines+3)}
+	names := make([]string, engines+3)
+	names[sched], names[ver], names[tr] = scheduler, verifier, trainer
+	for i := range engines {
+		names[1+i] = fmt.Sprintf("engine-%02d", i)
+	}
+
+	cfg := m.config()
+	em.add(sched, 0, scheduler, &events.RunStarted{
+		Config: events.RunConfig{
+			GroupSize: &cfg.GroupSize, BatchGroups: &cfg.BatchGroups, MinGroup: &cfg.MinGroup,
+			MaxStaleness: &cfg.MaxStaleness, PassBand: cfg.PassBand[:], MinProbes: &cfg.MinProbes,
+			EnforceAdmission: &cfg.EnforceAdmission, PartialCreditCap: &cfg.PartialCreditCap,
+			EfficiencyWeight: &cfg.EfficiencyWeight, Advantage: &cfg.Advantage,
+		},
+		Model:   modelName,
+		Harness: harnessName,
+		Notes: fmt.Sprintf("synthetic FireFlash-shaped run, seed %d: %d tasks, %d steps of %d groups of %d, %d engines",
+			m.seed, m.o.Tasks, m.o.Steps, m.o.BatchGroups, m.o.GroupSize, engines),
+	})
+	for _, t := range m.tasks {
+		gates := make([]events.Gate, len(gateNames))
+		for i, name := range gateNames {
+			gates[i] = events.Gate{Name: name, Passed: true}
+		}
+		em.add(sched, 0, scheduler, &events.TaskRegistered{Task: t.id, Source: t.source, Kind: t.kind, Tier: t.tier, Gates: gates})
+	}
+	for v, at := range versions {
+		sum := sha256.Sum256([]byte("rolloutledger-sim/" + strconv.FormatUint(m.seed, 10) + "/" + strconv.Itoa(v)))
+		em.add(tr, at, trainer, &events.PolicyPublished{
+			Version: int64(v), Checkpoint: fmt.Sprintf("ckpt/step-%d", v),
+			Digest: "sha256:" + hex.EncodeToString(sum[:]), Precision: "fp8",
+		})
+	}
+	for _, g := range m.groups {
+		if !g.dispatched {
+			panic(fmt.Sprintf("simulate: group %s was never dispatched", g.id))
+		}
+		em.add(sched, g.started, scheduler, &events.GroupStarted{Group: g.id, Task: g.task.id, Size: g.size, Purpose: g.purpose})
+		if g.closed {
+			em.add(sched, g.done, scheduler, &events.GroupClosed{Group: g.id, Reason: "retries_exhausted"})
+		}
+		for _, chain := range g.slots {
+			for _, a := range chain {
+				m.emitAttempt(em, a, 1+a.engine, names[1+a.engine], ver, versions)
+			}
+		}
+	}
+
+	p := &Plan{Run: run, Options: m.o, Engines: engines}
+	for i, buf := range em.bufs {
+		if len(buf) == 0 {
+			continue
+		}
+		slices.SortFunc(buf, func(a, b record) int { return cmp.Or(cmp.Compare(a.vt, b.vt), cmp.Compare(a.seq, b.seq)) })
+		evs := make([]events.Event, len(buf))
+		for j := range buf {
+			evs[j] = buf[j].ev
+		}
+		p.Streams = append(p.Streams, Stream{Producer: names[i], Events: evs})
+	}
+	for _, t := range m.tasks {
+		p.Tasks = append(p.Tasks, TaskInfo{Task: t.id, PassProb: t.passProb, Probes: t.probes, ProbePasses: t.passes, Admitted: t.admitted})
+	}
+	for _, g := range m.groups {
+		p.Groups = append(p.Groups, GroupInfo{
+			Group: g.id, Task: g.task.id, Purpose: g.purpose, Size: g.size,
+			Rewarded: g.rewarded, Closed: g.closed, Drop: g.drop, Batch: g.batch,
+		})
+	}
+	return p
+}
+
+// emitAttempt writes one attempt's facts to its engine's stream and its
+// reward to the verifier's.
+func (m *model) emitAttempt(em *emitter, a *attempt, stream int, engine string, ver int, versions []int64) {
+	em.add(stream, a.start, engine, &events.AttemptStarted{
+		Attempt: a.id, Group: a.group.id, Task: a.group.task.id, Engine: engine, VM: a.vm, ForkMS: a.forkMS, RetryOf: a.retryOf,
+	})
+	var tok *rand.Rand
+	if m.o.Tokens {
+		tok = rand.New(rand.NewPCG(m.seed^saltTokens, a.serial))
+	}
+	for i := range a.turns {
+		tr := &a.turns[i]
+		at := a.start + tr.start
+		te := &events.TurnGenerated{
+			Attempt: a.id, Turn: i, VersionSegments: events.SingleVersion(versionAt(versions, at)),
+			PromptTokens: tr.prompt, CompletionTokens: tr.completion, CachedTokens: tr.cached,
+			Finish: tr.finish, LatencyMS: tr.latency,
+		}
+		if tok != nil {
+			te.ObservationTokenIDs = tokenIDs(tok, tr.obs)
+			te.TokenIDs = tokenIDs(tok, tr.completion)
+			te.Logprobs = logprobs(tok, tr.completion)
+		}
+		at += tr.latency
+		em.add(stream, at, engine, te)
+		for c, tl := range tr.tools {
+			at += tl.durationMS
+			em.add(stream, at, engine, &events.ToolCalled{
+				Attempt: a.id, Turn: i, Call: c, Tool: tl.name, ExitCode: tl.exit, DurationMS: tl.durationMS,
+				OutputBytes: tl.outputBytes, ToFile: tl.toFile, Background: tl.background, TimedOut: tl.timedOut,
+			})
+		}
+		if tr.compactBefore > 0 {
+			at += tr.compactMS
+			em.add(stream, at, engine, &events.ContextCompacted{Attempt: a.id, Turn: i, TokensBefore: tr.compactBefore, TokensAfter: tr.compactTo})
+		}
+	}
+	end := a.start + a.duration
+	if a.failed {
+		em.add(stream, end, engine, &events.AttemptFailed{Attempt: a.id, Reason: a.reason})
+		return
+	}
+	em.add(stream, end, engine, &events.AttemptFinished{Attempt: a.id, Outcome: a.outcome})
+	em.add(ver, end+a.verifyMS, verifier, &events.RewardComputed{
+		Attempt: a.id, Passed: a.passed, TestsPassed: a.testsPassed, TestsTotal: a.group.task.testsTotal, Verifier: a.group.task.verifier,
+	})
+}
+
+// tokenIDs draws n token ids skewed toward small (frequent) ids, as text
+// is, two per PRNG call; nil for n = 0 so the field is left out.
+func tokenIDs(r *rand.Rand, n int64) []int32 {
+	if n == 0 {
+		return nil
+	}
+	out := make([]int32, n)
+	for i := 0; i < len(out); i += 2 {
+		x := r.Uint64()
+		out[i] = skewedID(x)
+		if i+1 < len(out) {
+			out[i+1] = skewedID(x >> 32)
+		}
+	}
+	return out
+}
+
+// skewedID maps the low 32 bits of x to [0, vocabSize): the product of two
+// uniform halves leans toward 0.
+func skewedID(x uint64) int32 {
+	prod := (x & 0xffff) * (x >> 16 & 0xffff) // < 2^32
+	return int32(prod * vocabSize >> 32)
+}
+
+// logprobTable holds the quantiles of the sampled-token log-probability
+// distribution: 7/8 of tokens confident (mean -0.015), 1/8 uncertain (mean
+// -1.2), rounded to 4 decimals so the JSON stays short. Drawing from it
+// takes 12 random bits and no logarithm.
+var logprobTable = func() (t [4096]float32) {
+	const confident = 3584
+	for j := range t {
+		var lp float64
+		if j < confident {
+			lp = 0.015 * math.Log((float64(j)+0.5)/confident)
+		} else {
+			lp = 1.2 * math.Log((float64(j-confident)+0.5)/(4096-confident))
+		}
+		lp = math.Round(lp*1e4) / 1e4
+		if lp == 0 {
+			lp = 0 // not -0
+		}
+		t[j] = float32(lp)
+	}
+	return t
+}()
+
+// logprobs draws n sampled-token log-probabilities, five per PRNG call.
+func logprobs(r *rand.Rand, n int64) []float32 {
+	out := make([]float32, n)
+	var x uint64
+	for i := range out {
+		if i%5 == 0 {
+			x = r.Uint64()
+		}
+		out[i] = logprobTable[x&4095]
+		x >>= 12
+	}
+	return out
+}

@@ -1,0 +1,299 @@
+package faults_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
+	"github.com/rolloutledger/rolloutledger/internal/testenv"
+	"github.com/rolloutledger/rolloutledger/services/pgsink"
+	"github.com/rolloutledger/rolloutledger/services/stack"
+)
+
+// The soak test is outside the normal test run: it runs only with -soak.
+//
+//	go test ./services/stack/faults/ -v -run TestSoak -soak=10m -timeout=0
+var (
+	soakFor   = flag.Duration("soak", 0, "run TestSoak for this long (0: skip it)")
+	soakRate  = flag.Float64("soak-rate", 1500, "TestSoak's offered load in facts per second, over all runs (FireFlash sustains a few hundred)")
+	soakRuns  = flag.Int("soak-runs", 6, "TestSoak's concurrent simulated runs")
+	soakEvery = flag.Duration("soak-sample", 5*time.Second, "TestSoak's sampling interval")
+)
+
+// soakSample is one observation of the ledger under load.
+type soakSample struct {
+	at                 time.Duration
+	acked              int64
+	projLag, sinkLag   int64
+	rssBytes, heapUsed uint64
+	warnings, errs     int64
+}
+
+// A sustained load of several simulated runs at once, each with a live
+// trainer, through ingest, the projector and the Postgres sink in one
+// process against the shared Kafka and Postgres. Every few seconds it
+// samples how far the projector and the sink are behind the log, the
+// process's RSS and Go heap, and the warnings and errors logged. It fails
+// when a push fails, an error is logged, or the services do not catch up
+// within two minutes of the load stopping; the summary gives the figures.
+func TestSoak(t *testing.T) {
+	if *soakFor <= 0 {
+		t.Skip("soak test: run with -soak=10m")
+	}
+	kc := testenv.RealKafka(t)
+	kc.Partitions = 12
+	url := testenv.Postgres(t)
+	schema := testenv.Schema(t, url)
+	counter := &logCounter{}
+	logger := slog.New(&countingHandler{c: counter, h: slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})})
+	ctx := context.Background()
+	s, err := stack.Start(ctx, stack.Options{Addr: "127.0.0.1:0", Kafka: kc, DataDir: t.TempDir(), DatabaseURL: url,
+		PostgresSchema: schema, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown(context.Background())
+	conn := connect(t, url)
+
+	var acked atomic.Int64
+	var pushErrs []error
+	var mu sync.Mutex
+	load, stopLoad := context.WithTimeout(ctx, *soakFor)
+	defer stopLoad()
+	var lanes sync.WaitGroup
+	runs := 0
+	for lane := range *soakRuns {
+		lanes.Go(func() {
+			for n := 0; load.Err() == nil; n++ {
+				o := simulate.Options{
+					URL: s.URL(), Seed: uint64(1000*lane + n), Run: fmt.Sprintf("soak-%d-%d", lane, n),
+					Tasks: 48, Steps: 6, MaxTurns: 80, Trainer: true, Workers: 2, EventsPerRequest: 32,
+					Rate:  *soakRate / float64(*soakRuns),
+					OnAck: func(a []simulate.Ack) { acked.Add(int64(len(a))) },
+				}
+				_, err := simulate.Run(load, o)
+				mu.Lock()
+				runs++
+				if err != nil && load.Err() == nil {
+					pushErrs = append(pushErrs, fmt.Errorf("%s: %w", o.Run, err))
+				}
+				mu.Unlock()
+			}
+		})
+	}
+
+	sample := func(start time.Time) soakSample {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		smp := soakSample{at: time.Since(start), acked: acked.Load(), rssBytes: rss(),
+			warnings: counter.warnings.Load(), errs: counter.errors.Load()}
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		smp.heapUsed = ms.HeapInuse
+		ends, err := pgsink.EndOffsets(sctx, kc)
+		if err != nil {
+			t.Logf("end offsets: %v", err)
+			return smp
+		}
+		for tp, end := range ends {
+			if tp.Topic != kc.FactsTopic() {
+				continue
+			}
+			off, err := s.Projector().Offset(tp.Partition)
+			if err == nil && off < end {
+				smp.projLag += end - off
+			}
+		}
+		if smp.sinkLag, err = pgsink.Behind(sctx, conn, schema, ends); err != nil {
+			t.Logf("sink lag: %v", err)
+		}
+		return smp
+	}
+	start := time.Now()
+	var samples []soakSample
+	fmt.Printf("%8s %10s %9s %10s %10s %9s %9s %5s %5s\n", "t", "facts", "facts/s", "proj_lag", "sink_lag", "rss_MiB", "heap_MiB", "warn", "err")
+	tick := time.NewTicker(*soakEvery)
+	defer tick.Stop()
+	done := make(chan struct{})
+	go func() { lanes.Wait(); close(done) }()
+loop:
+	for {
+		select {
+		case <-done:
+			break loop
+		case <-tick.C:
+		}
+		smp := sample(start)
+		rate := 0.0
+		if n := len(samples); n > 0 {
+			rate = float64(smp.acked-samples[n-1].acked) / (smp.at - samples[n-1].at).Seconds()
+		}
+		samples = append(samples, smp)
+		fmt.Printf("%8s %10d %9.0f %10d %10d %9.1f %9.1f %5d %5d\n", smp.at.Round(time.Second), smp.acked, rate,
+			smp.projLag, smp.sinkLag, mib(smp.rssBytes), mib(smp.heapUsed), smp.warnings, smp.errs)
+	}
+	loadTime := time.Since(start)
+
+	// The load has stopped: both consumers must catch up.
+	caught := time.Now()
+	ends, err := pgsink.EndOffsets(ctx, kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.CheckFor(t, 2*time.Minute, "the projector catches up after the load", func() bool {
+		for tp, end := range ends {
+			if tp.Topic == kc.FactsTopic() {
+				if off, err := s.Projector().Offset(tp.Partition); err != nil || off < end {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := s.Sink().WaitStored(wctx, ends); err != nil {
+		t.Fatal(err)
+	}
+	catchUp := time.Since(caught)
+
+	// Summary.
+	if len(samples) == 0 {
+		t.Fatal("no samples: the soak was shorter than one sampling interval")
+	}
+	last := samples[len(samples)-1]
+	var projLags, sinkLags []int64
+	for _, smp := range samples {
+		projLags = append(projLags, smp.projLag)
+		sinkLags = append(sinkLags, smp.sinkLag)
+	}
+	window := max(1, len(samples)/5)
+	firstRSS, lastRSS := meanRSS(samples[:window]), meanRSS(samples[len(samples)-window:])
+	var facts int64
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "turns"}.Sanitize()).Scan(&facts); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf(`
+soak summary
+  load:        %v, %d runs in %d lanes, offered %.0f facts/s
+  acknowledged %d facts, %.0f facts/s on average
+  projector:   lag max %d, median %d, last %d records
+  pgsink:      lag max %d, median %d, last %d records (facts and decisions)
+  caught up:   both %v after the load stopped
+  rss:         mean of the first fifth %.1f MiB, of the last fifth %.1f MiB, max %.1f MiB (load generator included)
+  go heap:     last %.1f MiB
+  log:         %d warnings, %d errors; %d failed pushes
+  postgres:    %d turn rows stored
+`, loadTime.Round(time.Second), runs, *soakRuns, *soakRate, last.acked, float64(last.acked)/loadTime.Seconds(),
+		slices.Max(projLags), median(projLags), last.projLag,
+		slices.Max(sinkLags), median(sinkLags), last.sinkLag, catchUp.Round(time.Millisecond),
+		mib(firstRSS), mib(lastRSS), mib(maxRSS(samples)), mib(last.heapUsed),
+		counter.warnings.Load(), counter.errors.Load(), len(pushErrs), facts)
+	for _, w := range counter.lastMessages() {
+		fmt.Println("  logged:", w)
+	}
+	if len(pushErrs) > 0 {
+		t.Errorf("%d pushes failed, the first: %v", len(pushErrs), pushErrs[0])
+	}
+	if n := counter.errors.Load(); n > 0 {
+		t.Errorf("%d errors logged", n)
+	}
+}
+
+func median(xs []int64) int64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func meanRSS(ss []soakSample) uint64 {
+	var sum uint64
+	for _, s := range ss {
+		sum += s.rssBytes
+	}
+	return sum / uint64(len(ss))
+}
+
+func maxRSS(ss []soakSample) uint64 {
+	var m uint64
+	for _, s := range ss {
+		m = max(m, s.rssBytes)
+	}
+	return m
+}
+
+func mib(b uint64) float64 { return float64(b) / (1 << 20) }
+
+// rss is the process's resident set size, from /proc/self/status.
+func rss() uint64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// logCounter counts the warnings and errors logged through its handlers
+// and keeps the last few messages.
+type logCounter struct {
+	warnings, errors atomic.Int64
+	mu               sync.Mutex
+	last             []string
+}
+
+func (c *logCounter) lastMessages() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.last)
+}
+
+// countingHandler passes records on to h and counts them in c.
+type countingHandler struct {
+	c *logCounter
+	h slog.Handler
+}
+
+func (h *countingHandler) Enabled(ctx context.Context, l slog.Level) bool { return h.h.Enabled(ctx, l) }
+
+func (h *countingHandler) Handle(ctx context.Context, r slog.Record) error {
+	switch {
+	case r.Level >= slog.LevelError:
+		h.c.errors.Add(1)
+	case r.Level >= slog.LevelWarn:
+		h.c.warnings.Add(1)
+	}
+	h.c.mu.Lock()
+	h.c.last = append(h.c.last, r.Level.String()+" "+r.Message)
+	if len(h.c.last) > 5 {
+		h.c.last = h.c.last[1:]
+	}
+	h.c.mu.Unlock()
+	return h.h.Handle(ctx, r)
+}
+
+func (h *countingHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &countingHandler{c: h.c, h: h.h.WithAttrs(as)}
+}
+
+func (h *countingHandler) WithGroup(name string) slog.Handler {
+	return &countingHandler{c: h.c, h: h.h.WithGroup(name)}
+}
