@@ -176,7 +176,7 @@ type Gateway struct {
 	check *http.Client
 
 	mu      sync.Mutex
-	primary int               // index in ups of the api's current upstream
+	primary int               // index in ups of the api's current upstream, -1 before the first
 	sealed  map[string]uint64 // per run, the highest batch served
 	rr      atomic.Uint64     // ingest's round robin
 
@@ -191,7 +191,7 @@ func New(o Options) (*Gateway, error) {
 		return nil, err
 	}
 	o = o.withDefaults()
-	g := &Gateway{o: o, log: o.Logger, sealed: map[string]uint64{},
+	g := &Gateway{o: o, log: o.Logger, sealed: map[string]uint64{}, primary: -1,
 		check: &http.Client{Transport: o.Transport, Timeout: o.CheckTimeout}}
 	for _, s := range o.Upstreams {
 		u, _ := parseUpstream(s)
@@ -337,25 +337,12 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 }
 
 // candidates are the healthy upstreams running service, in the order to
-// try them: for the api the primary first (moved to the next healthy
-// replica when it is down), for ingest a rotation.
+// try them: for the api the primary first, for ingest a rotation.
 func (g *Gateway) candidates(service string) []*upstream {
 	n := len(g.ups)
 	var start int
 	if service == serviceAPI {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		start = g.primary
-		for i := range n {
-			if j := (g.primary + i) % n; g.ups[j].serves(service) {
-				if j != g.primary {
-					g.log.Warn("gateway: api fails over", "from", g.ups[g.primary].url.String(), "to", g.ups[j].url.String())
-					g.primary = j
-				}
-				start = j
-				break
-			}
-		}
+		start = max(g.apiPrimary(), 0)
 	} else {
 		start = int(g.rr.Add(1) % uint64(n))
 	}
@@ -366,6 +353,29 @@ func (g *Gateway) candidates(service string) []*upstream {
 		}
 	}
 	return out
+}
+
+// apiPrimary is the index of the upstream api requests go to first: the
+// current primary while it is healthy, else the next healthy one after it
+// in the configured order (the first, at the start); -1 when none is.
+func (g *Gateway) apiPrimary() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := len(g.ups)
+	if g.primary >= 0 && g.ups[g.primary].serves(serviceAPI) {
+		return g.primary
+	}
+	from := max(g.primary, 0)
+	for i := range n {
+		if j := (from + i) % n; g.ups[j].serves(serviceAPI) {
+			if g.primary >= 0 {
+				g.log.Warn("gateway: api fails over", "from", g.ups[g.primary].url.String(), "to", g.ups[j].url.String())
+			}
+			g.primary = j
+			return j
+		}
+	}
+	return -1
 }
 
 // transport sends each proxied request to an upstream, failing over.
@@ -554,16 +564,14 @@ type UpstreamHealth struct {
 // Health reports the upstreams' states; ok is true when every service
 // some upstream announced has a healthy upstream.
 func (g *Gateway) Health() (Health, bool) {
-	g.mu.Lock()
-	primary := g.primary
-	g.mu.Unlock()
+	primary := g.apiPrimary()
 	h := Health{Status: "ok", Services: []string{"gateway"}}
 	announced, up := map[string]bool{}, map[string]bool{}
 	for i, u := range g.ups {
 		u.mu.Lock()
 		uh := UpstreamHealth{URL: u.url.String(), Healthy: u.healthy, Services: slices.Clone(u.services), Error: u.lastErr}
 		u.mu.Unlock()
-		uh.Primary = i == primary && uh.Healthy && slices.Contains(uh.Services, serviceAPI)
+		uh.Primary = i == primary
 		for _, s := range uh.Services {
 			announced[s] = true
 			up[s] = up[s] || uh.Healthy
