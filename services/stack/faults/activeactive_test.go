@@ -94,7 +94,13 @@ func TestActiveActiveProjectors(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-a.exited
-	t.Logf("replica a killed after batch 1")
+	select {
+	case err := <-pushed:
+		pushed <- err
+		t.Logf("replica a killed after batch 1, the run all ingested")
+	default:
+		t.Logf("replica a killed after batch 1, while the run is being ingested")
+	}
 	select {
 	case <-tr.got:
 	case err := <-trained:
@@ -109,6 +115,10 @@ func TestActiveActiveProjectors(t *testing.T) {
 	}
 	if err := <-trained; err != nil {
 		t.Fatalf("trainer: %v", err)
+	}
+
+	if h, _ := gw.Gateway().Health(); !h.Upstreams[2].Primary {
+		t.Errorf("the gateway's api primary is not replica b after a was killed: %s", mustJSON(h))
 	}
 
 	// Every batch, in order, the bytes the log implies.
