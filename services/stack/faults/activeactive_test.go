@@ -36,6 +36,20 @@ import (
 // equal those of a clean run of one projector over the same log.
 func TestActiveActiveProjectors(t *testing.T) {
 	t.Parallel()
+	activeActive(t, false)
+}
+
+// The same with the trainer's replica stopped (SIGSTOP) after the first
+// batch instead of killed: it holds the trainer's long poll and answers
+// nothing. The gateway's health check gives up on it within seconds, ends
+// the poll it holds and sends it to the other replica; continued (SIGCONT)
+// later, the replica catches up and emits every decision too.
+func TestActiveActiveProjectorPaused(t *testing.T) {
+	t.Parallel()
+	activeActive(t, true)
+}
+
+func activeActive(t *testing.T, pause bool) {
 	kc := testenv.RealKafka(t)
 	ctx := context.Background()
 	if _, err := kafkalog.EnsureTopics(ctx, kc); err != nil {
@@ -90,16 +104,24 @@ func TestActiveActiveProjectors(t *testing.T) {
 		t.Fatal("no batch 1 within 3 minutes")
 	}
 	// The trainer now long-polls batch 2 on replica a, the primary.
-	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
+	what := "killed"
+	if pause {
+		what = "stopped"
+		if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		<-a.exited
 	}
-	<-a.exited
 	select {
 	case err := <-pushed:
 		pushed <- err
-		t.Logf("replica a killed after batch 1, the run all ingested")
+		t.Logf("replica a %s after batch 1, the run all ingested", what)
 	default:
-		t.Logf("replica a killed after batch 1, while the run is being ingested")
+		t.Logf("replica a %s after batch 1, while the run is being ingested", what)
 	}
 	select {
 	case <-tr.got:
@@ -108,8 +130,15 @@ func TestActiveActiveProjectors(t *testing.T) {
 	case <-time.After(3 * time.Minute):
 		t.Fatal("no batch 2 within 3 minutes of the kill")
 	}
-	// Replica a comes back on its address and resumes from its state.
-	replica(addrA, &outA2, dirA)
+	if pause {
+		// Replica a goes on where it stopped.
+		if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		// Replica a comes back on its address and resumes from its state.
+		replica(addrA, &outA2, dirA)
+	}
 	if err := <-pushed; err != nil {
 		t.Fatalf("push: %v", err)
 	}
@@ -118,7 +147,7 @@ func TestActiveActiveProjectors(t *testing.T) {
 	}
 
 	if h, _ := gw.Gateway().Health(); !h.Upstreams[2].Primary {
-		t.Errorf("the gateway's api primary is not replica b after a was killed: %s", mustJSON(h))
+		t.Errorf("the gateway's api primary is not replica b after a was %s: %s", what, mustJSON(h))
 	}
 
 	// Every batch, in order, the bytes the log implies.
@@ -172,8 +201,8 @@ func TestActiveActiveProjectors(t *testing.T) {
 	conn := connect(t, url)
 	sameReadModel(t, conn, live, kc, clean, kc2)
 	everyFactOnce(t, conn, live, plan)
-	t.Logf("%d batches, all in order; %s; %d decision records for %d decisions; trainer retried %d requests; gateway: %s",
-		len(batches), countKinds(got), records, len(got), tr.retries.Load(), mustJSON(must(gw.Gateway().Health())))
+	t.Logf("replica a %s: %d batches, all in order; %s; %d decision records for %d decisions; trainer retried %d requests; gateway: %s",
+		what, len(batches), countKinds(got), records, len(got), tr.retries.Load(), mustJSON(must(gw.Gateway().Health())))
 }
 
 func must[T any](v T, _ bool) T { return v }
