@@ -31,7 +31,7 @@ func TestPrometheusConfig(t *testing.T) {
 	}
 	// Every ledger service of the compose file is scraped, on the port its
 	// serve --addr listens on.
-	want := []string{"ingest:7070", "projector:7070", "pgsink:7070"}
+	want := []string{"ingest:7070", "projector:7070", "projector-2:7070", "pgsink:7070", "gateway:7070"}
 	var got []string
 	for _, sc := range cfg.ScrapeConfigs {
 		if sc.JobName != "rolloutledger" {

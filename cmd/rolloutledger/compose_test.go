@@ -78,7 +78,7 @@ func TestComposeFile(t *testing.T) {
 	for _, m := range stackModes {
 		t.Run(m.name, func(t *testing.T) {
 			p := loadCompose(t, m)
-			want := append([]string{"postgres", "migrate", "ingest", "projector", "pgsink", "gateway",
+			want := append([]string{"postgres", "migrate", "ingest", "projector", "projector-2", "pgsink", "gateway",
 				"otel-collector", "jaeger", "prometheus", "grafana"}, m.brokers...)
 			for _, name := range want {
 				if _, ok := p.Services[name]; !ok {
@@ -187,6 +187,7 @@ func checkLedgerCommand(t *testing.T, p *types.Project, name string, s types.Ser
 	data := fs.String("data", "./.rolloutledger", "")
 	brokers := fs.String("brokers", env(s, "KAFKA_BROKERS"), "")
 	fs.Int("partitions", 12, "")
+	upstreams := fs.StringSlice("upstream", nil, "")
 	if err := fs.Parse(args[1:]); err != nil {
 		t.Fatalf("service %s: %v", name, err)
 	}
@@ -197,7 +198,7 @@ func checkLedgerCommand(t *testing.T, p *types.Project, name string, s types.Ser
 	for x := range strings.SplitSeq(*only, ",") {
 		services = append(services, strings.TrimSpace(x))
 	}
-	o := stack.Options{Addr: *addr, Only: services, DataDir: *data, DatabaseURL: env(s, "DATABASE_URL"),
+	o := stack.Options{Addr: *addr, Only: services, DataDir: *data, DatabaseURL: env(s, "DATABASE_URL"), Upstreams: *upstreams,
 		Kafka: kafkalog.Config{Brokers: strings.Split(*brokers, ",")}}
 	if err := o.Validate(); err != nil {
 		t.Errorf("service %s: serve %v would refuse to start: %v", name, args[1:], err)
@@ -319,28 +320,65 @@ func checkKafka(t *testing.T, p *types.Project, m stackMode) {
 	}
 }
 
-// The gateway routes to services that exist, on the port they listen on.
+// The gateway routes to services that exist, on the port they listen on:
+// to ingest, and to two or more projector replicas, each with its own state
+// volume, so that the trainer's api survives losing one.
 func TestGatewayRoutesToServices(t *testing.T) {
 	p := loadCompose(t, stackModes[0])
-	conf, err := os.ReadFile(filepath.Join(repoRoot, "deploy/gateway/nginx.conf"))
-	if err != nil {
+	gw, ok := p.Services["gateway"]
+	if !ok {
+		t.Fatal("no gateway service")
+	}
+	fs := pflag.NewFlagSet("gateway", pflag.ContinueOnError)
+	fs.ParseErrorsAllowlist.UnknownFlags = true
+	only := fs.String("only", "", "")
+	upstreams := fs.StringSlice("upstream", nil, "")
+	if len(gw.Command) == 0 || gw.Command[0] != "serve" {
+		t.Fatalf("gateway runs %v, want serve --only gateway", gw.Command)
+	}
+	if err := fs.Parse(gw.Command[1:]); err != nil {
 		t.Fatal(err)
 	}
-	servers := regexp.MustCompile(`(?m)^\s*server\s+([a-z0-9-]+):(\d+)`).FindAllStringSubmatch(string(conf), -1)
-	if len(servers) == 0 {
-		t.Fatal("nginx.conf names no upstream server")
+	if *only != stack.ServiceGateway {
+		t.Errorf("gateway: --only %q, want gateway", *only)
 	}
-	for _, m := range servers {
-		if _, ok := p.Services[m[1]]; !ok {
-			t.Errorf("nginx.conf routes to %s:%s, which is no service of the stack", m[1], m[2])
+	runs := map[string]int{}
+	volumes := map[string]string{}
+	for _, u := range *upstreams {
+		m := regexp.MustCompile(`^http://([a-z0-9-]+):(\d+)$`).FindStringSubmatch(u)
+		if m == nil {
+			t.Errorf("gateway upstream %q is not http://<service>:<port>", u)
+			continue
+		}
+		s, ok := p.Services[m[1]]
+		if !ok {
+			t.Errorf("gateway routes to %s, which is no service of the stack", m[1])
+			continue
 		}
 		if m[2] != "7070" {
-			t.Errorf("nginx.conf routes to %s:%s; the ledger's services listen on 7070", m[1], m[2])
+			t.Errorf("gateway routes to %s:%s; the ledger's services listen on 7070", m[1], m[2])
+		}
+		args := []string(s.Command)
+		for i, a := range args {
+			if a == "--only" && i+1 < len(args) {
+				for x := range strings.SplitSeq(args[i+1], ",") {
+					runs[x]++
+				}
+			}
+		}
+		for _, v := range s.Volumes {
+			if v.Type == types.VolumeTypeVolume {
+				if other, taken := volumes[v.Source]; taken {
+					t.Errorf("%s and %s share the volume %s: each replica needs its own state", other, m[1], v.Source)
+				}
+				volumes[v.Source] = m[1]
+			}
 		}
 	}
-	for _, route := range []string{"location = /v1/events", "location /v1/", "location = /healthz"} {
-		if !strings.Contains(string(conf), route) {
-			t.Errorf("nginx.conf has no %q", route)
-		}
+	if runs[stack.ServiceIngest] == 0 {
+		t.Error("no gateway upstream runs ingest")
+	}
+	if runs[stack.ServiceAPI] < 2 {
+		t.Errorf("%d gateway upstreams run the api, want at least 2 replicas", runs[stack.ServiceAPI])
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/internal/telemetry"
 	"github.com/rolloutledger/rolloutledger/services/api"
+	"github.com/rolloutledger/rolloutledger/services/gateway"
 	"github.com/rolloutledger/rolloutledger/services/ingest"
 	"github.com/rolloutledger/rolloutledger/services/pgsink"
 	"github.com/rolloutledger/rolloutledger/services/projector"
@@ -33,11 +34,14 @@ const (
 	ServiceProjector = "projector"
 	ServicePgsink    = "pgsink"
 	ServiceAPI       = "api"
+	// ServiceGateway is the front door of a deployment of several
+	// processes (services/gateway); it runs alone.
+	ServiceGateway = "gateway"
 )
 
 // Available lists the services this build can run. The pgsink runs only
-// with a database URL.
-var Available = []string{ServiceIngest, ServiceProjector, ServicePgsink, ServiceAPI}
+// with a database URL; the gateway only when named.
+var Available = []string{ServiceIngest, ServiceProjector, ServicePgsink, ServiceAPI, ServiceGateway}
 
 // Options configure a Stack.
 type Options struct {
@@ -59,6 +63,9 @@ type Options struct {
 	// projector owns; nil means all. Instances that split a topic's
 	// partitions between them must each have their own DataDir.
 	ProjectorPartitions []int
+	// Upstreams are the base URLs of the processes the gateway routes to
+	// (with Only = [gateway]).
+	Upstreams []string
 	// Auth checks every request's bearer token; nil serves without
 	// authentication (dev, demo, serve --insecure).
 	Auth *auth.Authenticator
@@ -86,7 +93,18 @@ func (o Options) Validate() error {
 	if o.Addr == "" {
 		errs = append(errs, errors.New("stack: no HTTP address"))
 	}
-	if err := o.Kafka.Validate(); err != nil {
+	gw := slices.Contains(o.Only, ServiceGateway)
+	switch {
+	case gw && len(o.Only) > 1:
+		errs = append(errs, errors.New("stack: the gateway runs alone (--only gateway): it routes to the processes that run the other services"))
+	case gw:
+		if err := (gateway.Options{Upstreams: o.Upstreams}).Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	case len(o.Upstreams) > 0:
+		errs = append(errs, errors.New("stack: upstreams are for the gateway: add --only gateway or drop --upstream"))
+	}
+	if err := o.Kafka.Validate(); err != nil && !gw {
 		errs = append(errs, err)
 	}
 	if err := o.HTTP.Validate(); err != nil {
@@ -120,10 +138,9 @@ func (o Options) services() []string {
 	if len(o.Only) > 0 {
 		return o.Only
 	}
-	if o.DatabaseURL == "" {
-		return slices.DeleteFunc(slices.Clone(Available), func(s string) bool { return s == ServicePgsink })
-	}
-	return Available
+	return slices.DeleteFunc(slices.Clone(Available), func(s string) bool {
+		return s == ServiceGateway || (s == ServicePgsink && o.DatabaseURL == "")
+	})
 }
 
 // Stack is a running set of services.
@@ -145,6 +162,8 @@ type Stack struct {
 	stopSink context.CancelFunc
 	sinkDone chan struct{}
 
+	gw *gateway.Gateway
+
 	tel    *telemetry.Telemetry
 	ownTel bool // created by Start, shut down by Shutdown
 }
@@ -159,9 +178,13 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	parts, err := kafkalog.EnsureTopics(ctx, o.Kafka)
-	if err != nil {
-		return nil, err
+	gw := slices.Contains(o.Only, ServiceGateway)
+	var parts map[string]int
+	if !gw {
+		var err error
+		if parts, err = kafkalog.EnsureTopics(ctx, o.Kafka); err != nil {
+			return nil, err
+		}
 	}
 	var tlsConfig *tls.Config
 	if o.TLSCertFile != "" {
@@ -186,10 +209,28 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		if s.proj != nil {
 			s.proj.Close()
 		}
+		if s.gw != nil {
+			s.gw.Close()
+		}
 		if s.ownTel {
 			s.tel.Shutdown(context.WithoutCancel(ctx))
 		}
 		return nil, err
+	}
+	if gw {
+		// The gateway authenticates nothing itself: it passes every request,
+		// its bearer token included, to a process that checks it.
+		g, err := gateway.New(gateway.Options{Upstreams: o.Upstreams, Logger: log})
+		if err != nil {
+			return abort(err)
+		}
+		s.gw = g
+		g.Start(ctx)
+		mux := http.NewServeMux()
+		mux.HandleFunc("GET /healthz", g.ServeHealth)
+		mux.Handle("GET /metrics", s.tel.MetricsHandler())
+		mux.Handle("/", g)
+		return s.serve(ctx, mux, tlsConfig, abort)
 	}
 	// Every route is registered on the router, which checks each request's
 	// token, role and run scope on what it routed.
@@ -221,6 +262,12 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		s.sink = sink
 	}
 	s.routes = mux.Routes()
+	return s.serve(ctx, mux, tlsConfig, abort)
+}
+
+// serve starts the services' loops and the HTTP server.
+func (s *Stack) serve(ctx context.Context, mux http.Handler, tlsConfig *tls.Config, abort func(error) (*Stack, error)) (*Stack, error) {
+	o, log := s.opts, s.log
 	ln, err := net.Listen("tcp", o.Addr)
 	if err != nil {
 		return abort(fmt.Errorf("stack: listen on %s: %w", o.Addr, err))
@@ -260,6 +307,10 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	if o.Auth != nil {
 		authn = strings.Join(o.Auth.Names(), ",")
 	}
+	if s.gw != nil {
+		log.Info("serving", "url", s.URL(), "services", ServiceGateway, "upstreams", strings.Join(o.Upstreams, ","))
+		return s, nil
+	}
 	log.Info("serving", "url", s.URL(), "tokens", authn, "services", strings.Join(o.Only, ","), "brokers", strings.Join(o.Kafka.Brokers, ","), "facts_topic", o.Kafka.FactsTopic())
 	return s, nil
 }
@@ -298,6 +349,9 @@ func (s *Stack) Shutdown(ctx context.Context) error {
 		s.stopSink()
 		<-s.sinkDone
 	}
+	if s.gw != nil {
+		s.gw.Close()
+	}
 	err = errors.Join(err, s.closeWriter())
 	if s.ownTel {
 		err = errors.Join(err, s.tel.Shutdown(ctx))
@@ -310,6 +364,9 @@ func (s *Stack) Telemetry() *telemetry.Telemetry { return s.tel }
 
 // Sink is the stack's Postgres sink, nil when it does not run one.
 func (s *Stack) Sink() *pgsink.Sink { return s.sink }
+
+// Gateway is the stack's gateway, nil when it does not run one.
+func (s *Stack) Gateway() *gateway.Gateway { return s.gw }
 
 // Projector is the stack's projector, nil when it does not run one.
 func (s *Stack) Projector() *projector.Projector { return s.proj }

@@ -34,6 +34,8 @@ import (
 const childEnv = "ROLLOUTLEDGER_TEST_FAULTS_CHILD"
 
 type childSpec struct {
+	// Addr is the HTTP address; empty picks a free port.
+	Addr        string
 	Brokers     []string
 	Prefix      string
 	Only        []string
@@ -67,8 +69,12 @@ func runChild(spec string) int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	addr := c.Addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
 	s, err := stack.Start(ctx, stack.Options{
-		Addr: "127.0.0.1:0", Kafka: kafkalog.Config{Brokers: c.Brokers, TopicPrefix: c.Prefix},
+		Addr: addr, Kafka: kafkalog.Config{Brokers: c.Brokers, TopicPrefix: c.Prefix},
 		Only: c.Only, DataDir: c.DataDir, DatabaseURL: c.DatabaseURL, PostgresSchema: c.Schema, Logger: log,
 	})
 	if err != nil {

@@ -26,6 +26,7 @@ func newServeCmd(g *globals) *cobra.Command {
 	var addr, only, data, tokensFile, tlsCert, tlsKey string
 	var insecure bool
 	var own []int
+	var upstreams []string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the services against real Kafka (and Postgres)",
@@ -33,6 +34,12 @@ func newServeCmd(g *globals) *cobra.Command {
 --only picks a subset: ingest, projector, pgsink, api (default: every service
 this build provides; the pgsink when --database-url or $DATABASE_URL is set,
 after applying the Postgres migrations).
+
+--only gateway --upstream URL,URL,... runs the front door of a deployment of
+several processes instead: POST /v1/events to the upstreams that run ingest,
+the rest of /v1 to one of those that run the api, failing over to the next
+when it goes down (docs/operations.md, "Staying available"). The gateway
+checks no tokens itself; the upstreams do.
 
 Every HTTP route but /healthz and /metrics needs a bearer token of a role
 that allows it (producer, trainer, reader, admin; see docs/security.md).
@@ -51,7 +58,8 @@ service; OTEL_SDK_DISABLED=true turns tracing and the ledger's metrics off.`,
 	cmd.Flags().StringVar(&data, "data", "./.rolloutledger", "directory for the projector's state")
 	cmd.Flags().IntSliceVar(&own, "own-partitions", nil, "facts partitions this instance's projector owns, e.g. 0,1,2 (default: all)")
 	dbURL := addDatabaseFlag(cmd)
-	cmd.Flags().StringVar(&only, "only", "", "comma-separated services to run (ingest, projector, pgsink, api)")
+	cmd.Flags().StringVar(&only, "only", "", "comma-separated services to run (ingest, projector, pgsink, api), or gateway alone")
+	cmd.Flags().StringSliceVar(&upstreams, "upstream", nil, "with --only gateway: base URLs of the ledger processes to route to, the api's in order of preference")
 	cmd.Flags().StringVar(&tokensFile, "tokens-file", os.Getenv(auth.EnvTokensFile), "YAML or JSON file of API tokens (default $"+auth.EnvTokensFile+"; $"+auth.EnvTokens+" adds tokens inline)")
 	cmd.Flags().BoolVar(&insecure, "insecure", false, "serve without authentication: anyone who reaches --addr may read and write")
 	cmd.Flags().StringVar(&tlsCert, "tls-cert", "", "PEM certificate chain: serve HTTPS (TLS 1.2 or newer) with --tls-key")
@@ -91,7 +99,7 @@ service; OTEL_SDK_DISABLED=true turns tracing and the ledger's metrics off.`,
 			return err
 		}
 		s, err := stack.Start(cmd.Context(), stack.Options{
-			Addr: addr, Kafka: kc, Only: services, DataDir: data, ProjectorPartitions: own, Logger: log, DatabaseURL: dbURL(),
+			Addr: addr, Kafka: kc, Only: services, DataDir: data, ProjectorPartitions: own, Upstreams: upstreams, Logger: log, DatabaseURL: dbURL(),
 			Auth: authn, TLSCertFile: tlsCert, TLSKeyFile: tlsKey, Telemetry: tel,
 		})
 		if err != nil {
