@@ -68,10 +68,17 @@ class Transport:
         body: bytes | None = None,
         headers: dict | None = None,
         timeout: float = 30.0,
+        large: bool = False,
     ) -> Response:
         """Sends one request and reads the whole answer. Raises one of
         TRANSPORT_ERRORS when the connection fails; the connection is then
-        dropped and the next request opens a new one."""
+        dropped and the next request opens a new one.
+
+        With ``large``, a 200's body is read with readinto into one
+        preallocated buffer (the Content-Length, else grown as it comes) and
+        returned as a memoryview of it: ``HTTPResponse.read()`` of a chunked
+        body joins its pieces in a list and copies them again, about a third
+        the speed for a 100 MB body."""
         h = {"User-Agent": self.user_agent, "Accept": "application/json"}
         if self.token:
             h["Authorization"] = "Bearer " + self.token
@@ -81,7 +88,7 @@ class Transport:
         try:
             conn.request(method, self.prefix + path, body=body, headers=h)
             resp = conn.getresponse()
-            data = resp.read()
+            data = _read_into(resp) if large and resp.status == 200 else resp.read()
         except BaseException:
             conn.close()
             self._local.conn = None
@@ -90,6 +97,40 @@ class Transport:
             conn.close()
             self._local.conn = None
         return Response(resp.status, resp.headers, data)
+
+
+# The most bytes one readinto call asks for, and the room first set aside
+# for a body of unknown length (address space only: pages the body never
+# reaches are never touched).
+_READ_STEP = 16 << 20
+_UNKNOWN_LENGTH_ROOM = 256 << 20
+
+
+def _read_into(resp):
+    """The whole body of resp, read with readinto into one buffer: a uint8
+    NumPy array of exactly the Content-Length, or, for a chunked body, of
+    generous room that doubles (one copy) when the body outgrows it. NumPy's
+    empty arrays are not zeroed, so room the body does not use costs
+    nothing; bytearray(n) would write every page first."""
+    import numpy as np  # noqa: PLC0415 - only bodies that need it
+
+    length = resp.length  # None when chunked
+    buf = np.empty(length if length is not None else _UNKNOWN_LENGTH_ROOM, dtype=np.uint8)
+    n = 0
+    while True:
+        if n == len(buf):
+            if length is not None:
+                break
+            grown = np.empty(2 * len(buf), dtype=np.uint8)
+            grown[:n] = buf
+            buf = grown
+        k = resp.readinto(memoryview(buf[n : n + _READ_STEP]))
+        if not k:
+            break
+        n += k
+    if length is not None and n < length:
+        raise http.client.IncompleteRead(b"", length - n)
+    return memoryview(buf[:n])
 
 
 def error_from_response(resp: Response, what: str) -> E.LedgerError:

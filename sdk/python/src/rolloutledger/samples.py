@@ -329,21 +329,25 @@ def parse_samples(ndjson: bytes) -> SampleBatch:
 
 
 def _flat(col, name):
-    """A list column's values and offsets, without copying when the column
-    is one chunk."""
-    import pyarrow as pa  # noqa: PLC0415 - optional dependency
-
+    """A list column's values and offsets: views of the body when the
+    column is one record batch, else one copy of the values into a new
+    array (the server streams a batch as several record batches)."""
     chunks = col.chunks
     if len(chunks) == 1:
         arr = chunks[0]
         values = arr.values.to_numpy(zero_copy_only=True)
         offsets = arr.offsets.to_numpy(zero_copy_only=True)
         return values, offsets
-    # Several record batches (a batch past the server's per-record bound):
-    # one copy to join them.
-    arr = pa.concat_arrays([c.flatten() for c in chunks]) if chunks else pa.array([], type=col.type.value_type)
-    values = arr.to_numpy(zero_copy_only=False)
-    lengths = np.concatenate([np.diff(c.offsets.to_numpy()) for c in chunks]) if chunks else np.zeros(0, np.int64)
+    parts, lengths = [], []
+    for c in chunks:
+        off = c.offsets.to_numpy(zero_copy_only=True)
+        # A chunk's values may start past 0 (a slice): take its own span.
+        parts.append(c.values.to_numpy(zero_copy_only=True)[off[0] : off[-1]])
+        lengths.append(np.diff(off))
+    if not parts:
+        return np.zeros(0, dtype=_DTYPES[name]), np.zeros(1, dtype=np.int64)
+    values = np.concatenate(parts)
+    lengths = np.concatenate(lengths)
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     return values, offsets
