@@ -10,10 +10,11 @@ observation tokens) and the policy version that generated it; the sample
 carries its attempt's advantage.
 
 The samples arrive as Apache Arrow IPC when pyarrow is installed
-(``pip install rolloutledger[arrow]``), else as NDJSON. From Arrow the
-arrays are views of the response's memory: each column's values are one
-contiguous buffer, reached without a copy (read-only arrays; copy one with
-``np.array(x)`` to write to it). A :class:`SampleBatch` holds the batch's
+(``pip install rolloutledger[arrow]``), else as NDJSON. From Arrow a
+small batch's arrays are views of the response's memory, reached without a
+copy (read-only arrays; copy one with ``np.array(x)`` to write to it); a
+large batch comes as several record batches, streamed as the server reads
+them, and each column is joined once into one contiguous array. A :class:`SampleBatch` holds the batch's
 columns flat, end to end, with ``offsets`` marking where each sample
 starts; a :class:`Sample` is a view of its slice.
 
@@ -355,8 +356,9 @@ def _flat(col, name):
 
 def parse_arrow_samples(body) -> tuple[SampleBatch, dict[str, str]]:
     """Reads an Arrow IPC stream of samples (the answer to ``Accept:
-    application/vnd.apache.arrow.stream``) without copying the token
-    columns; returns the samples and the schema's metadata (run, seq,
+    application/vnd.apache.arrow.stream``): a stream of one record batch
+    without copying the token columns, of several with one copy per column
+    to join them; returns the samples and the schema's metadata (run, seq,
     digest, rule_version)."""
     import pyarrow as pa  # noqa: PLC0415 - optional dependency
 
