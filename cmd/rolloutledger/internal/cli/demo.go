@@ -48,7 +48,7 @@ and prints what the ledger holds. It needs nothing installed.`,
 				defer os.RemoveAll(data)
 			}
 		}
-		return runDemo(cmd.Context(), g.stdout, log, data, sf.o)
+		return runDemo(cmd.Context(), g.stdout, log, data, sf.options(cmd))
 	}
 	return cmd
 }
