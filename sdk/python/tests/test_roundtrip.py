@@ -261,7 +261,15 @@ def test_arrow_samples_of_several_record_batches(ledger, run_id, monkeypatch):
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as w:
         w.write_table(table, max_chunksize=1)
-    split, meta = parse_arrow_samples(sink.getvalue())
+    stream = np.frombuffer(sink.getvalue(), dtype=np.uint8).copy()
+    split, meta = parse_arrow_samples(memoryview(stream))
+    # Joined from several record batches, every array is a copy: the body's
+    # buffer may serve the next fetch (Transport.reuse) without changing them.
+    assert split._copied and not whole._copied
+    before = {name: np.array(getattr(split, name)) for name in ("token_ids", "loss_mask", "rollout_logprobs", "policy_versions", "sample_advantages")}
+    stream[:] = 0xAB
+    for name, want in before.items():
+        assert np.array_equal(getattr(split, name), want), f"{name} aliases the body"
     assert table.column("token_ids").num_chunks == 1 and len(whole) > 1
     assert meta["run"] == run_id
     for name in ("segments", "sample_advantages", "offsets", "token_ids", "loss_mask", "rollout_logprobs", "policy_versions"):

@@ -475,6 +475,8 @@ class Ledger:
                 raise ImportError("Arrow samples need pyarrow: pip install rolloutledger[arrow] (or format='ndjson')")
             resp = self._get(path, accept=ARROW_MEDIA_TYPE, large=True)
             samples, meta = parse_arrow_samples(resp.body)
+            if getattr(samples, "_copied", False):
+                self._http.reuse(resp)
             if meta.get("run", run) != run or meta.get("seq", str(int(seq))) != str(int(seq)):
                 raise E.LedgerError(f"asked for the samples of batch {seq} of {run}, got those of batch {meta.get('seq')} of {meta.get('run')}")
         elif fmt == "ndjson":

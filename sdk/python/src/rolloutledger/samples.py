@@ -385,7 +385,11 @@ def parse_arrow_samples(body) -> tuple[SampleBatch, dict[str, str]]:
         elif not np.array_equal(offsets, off):
             raise E.LedgerError(f"Arrow samples: column {name} has other sample boundaries than token_ids")
     columns["offsets"] = (offsets if offsets is not None else np.zeros(1)).astype(np.int64)
-    return SampleBatch(columns=columns, source="arrow"), meta
+    batch = SampleBatch(columns=columns, source="arrow")
+    # Whether every array was copied out of the body (it came as several
+    # record batches), so the body's memory may serve again.
+    batch._copied = table.num_rows == 0 or all(table.column(c).num_chunks > 1 for c in ("advantage", *_DTYPES))
+    return batch, meta
 
 
 class Batch:
