@@ -83,7 +83,7 @@ func TestV1RecordsReencodeByteForByte(t *testing.T) {
 		}
 	})
 	t.Run("simulated run", func(t *testing.T) {
-		plan, err := simulate.Generate(simulate.Options{Seed: 7, Tasks: 6, Steps: 2, BatchGroups: 2, MaxTurns: 12, Tokens: true}, "v1-run")
+		plan, err := simulate.Generate(simulate.Options{Seed: 7, Tasks: 6, Steps: 2, BatchGroups: 2, MaxTurns: 12, Tokens: true, FactVersion: 1}, "v1-run")
 		if err != nil {
 			t.Fatal(err)
 		}

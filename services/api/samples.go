@@ -37,6 +37,13 @@ var sampleMedia = []string{MediaNDJSON, MediaArrow}
 // time (17 bytes a token) and list offsets stay within int32.
 const MaxArrowBatchTokens = 1 << 26
 
+// ArrowFlushTokens is how many tokens the server gathers before it writes
+// a record batch: the stored chunks (about 1 MiB of whole samples each,
+// docs/design.md §18.7) are turned into record batches of about 4 MiB as
+// they are read, so the first bytes leave within a few chunks' reads and
+// the client reads while the server gathers the rest.
+const ArrowFlushTokens = 1 << 18
+
 func (s *Service) samples(w http.ResponseWriter, r *http.Request) {
 	w.Header().Add("Vary", "Accept")
 	run, seq, ok := batchParams(w, r)
@@ -150,7 +157,9 @@ func (s *Service) startSamples(w http.ResponseWriter, run string, seq uint64, me
 	w.WriteHeader(http.StatusOK)
 	if media == MediaArrow {
 		bw := bufio.NewWriterSize(w, 256<<10)
-		return &arrowOut{a: newArrowSamples(bw, meta, MaxArrowBatchTokens), bw: bw}, nil
+		a := newArrowSamples(bw, meta, MaxArrowBatchTokens)
+		a.flushTokens = ArrowFlushTokens
+		return &arrowOut{a: a, bw: bw}, nil
 	}
 	return ndjsonOut{w}, nil
 }
@@ -214,14 +223,16 @@ func writeArrowSamples(w io.Writer, canonical []byte, meta arrow.Metadata, maxTo
 
 // arrowSamples gathers the columns of samples as they come, chunk by
 // chunk, and writes a record batch when the next sample would take it past
-// maxTokens, and at the end: each record batch's columns are gathered
-// once, written, and let go.
+// maxTokens, after a chunk that brought it to flushTokens (when set), and
+// at the end: each record batch's columns are gathered once and written,
+// and their memory serves the next one.
 type arrowSamples struct {
-	iw        *ipc.Writer
-	schema    *arrow.Schema
-	maxTokens int
-	wrote     bool
-	cols      arrowColumns
+	iw          *ipc.Writer
+	schema      *arrow.Schema
+	maxTokens   int
+	flushTokens int
+	wrote       bool
+	cols        arrowColumns
 }
 
 type arrowColumns struct {
@@ -241,8 +252,14 @@ func newArrowSamples(w io.Writer, meta arrow.Metadata, maxTokens int) *arrowSamp
 	return a
 }
 
+// reset empties the columns, keeping their memory: a written record
+// batch no longer refers to it.
 func (a *arrowSamples) reset() {
-	a.cols = arrowColumns{groupOff: []int32{0}, attemptOff: []int32{0}, listOff: []int32{0}}
+	c := &a.cols
+	c.groups, c.attempts = c.groups[:0], c.attempts[:0]
+	c.groupOff, c.attemptOff, c.listOff = append(c.groupOff[:0], 0), append(c.attemptOff[:0], 0), append(c.listOff[:0], 0)
+	c.segments, c.advantages = c.segments[:0], c.advantages[:0]
+	c.ids, c.mask, c.lps, c.versions = c.ids[:0], c.mask[:0], c.lps[:0], c.versions[:0]
 }
 
 func (a *arrowSamples) write(chunk []byte) error {
@@ -272,7 +289,13 @@ func (a *arrowSamples) write(chunk []byte) error {
 		c.versions = appendNative(c.versions, v.PolicyVersions, 8)
 		c.listOff = append(c.listOff, int32(len(c.mask)))
 	}
-	return r.Err()
+	if err := r.Err(); err != nil {
+		return err
+	}
+	if a.flushTokens > 0 && len(a.cols.mask) >= a.flushTokens {
+		return a.flush()
+	}
+	return nil
 }
 
 func (a *arrowSamples) close() error {

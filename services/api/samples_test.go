@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -112,6 +113,33 @@ func TestWriteArrowSamples(t *testing.T) {
 	}
 	if err := WriteArrowSamples(&bytes.Buffer{}, canonical[:len(canonical)-1], meta); err == nil {
 		t.Error("malformed samples were written")
+	}
+}
+
+// Served samples go out a record batch per stored chunk once the gathered
+// tokens reach ArrowFlushTokens, so the first bytes leave before the last
+// chunk is read; the record batches reuse the columns' memory.
+func TestArrowSamplesFlushPerChunk(t *testing.T) {
+	want, canonical := testSamples(t)
+	meta := arrow.NewMetadata([]string{"run"}, []string{"r-1"})
+	var body bytes.Buffer
+	a := newArrowSamples(&body, meta, MaxArrowBatchTokens)
+	a.flushTokens = 1
+	for range 3 {
+		if err := a.write(canonical); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.close(); err != nil {
+		t.Fatal(err)
+	}
+	_, got, rows := readArrow(t, body.Bytes())
+	if !equalInts(rows, []int64{3, 3, 3}) {
+		t.Errorf("record batches of %v rows, want [3 3 3]", rows)
+	}
+	wantJSON, _ := json.Marshal(slices.Concat(want, want, want))
+	if gotJSON, _ := json.Marshal(got); !bytes.Equal(gotJSON, wantJSON) {
+		t.Errorf("read back\n%s\nwant\n%s", gotJSON, wantJSON)
 	}
 }
 

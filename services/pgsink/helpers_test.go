@@ -72,8 +72,13 @@ func runChild(spec string) int {
 
 // small is a short simulated run with a trainer: a few batches, probes,
 // drops, compactions, tool calls and infra failures.
+// small is a version 1 run: batch_turns keeps a turn's first version
+// segment only, so the staleness views count turns, where rule version 2
+// manifests count the segments of turns that span a weight update
+// (docs/design.md §18.7); the views match the manifests for runs of one
+// segment per turn.
 func small(run string, seed uint64) simulate.Options {
-	return simulate.Options{Run: run, Seed: seed, Tasks: 24, Steps: 3, BatchGroups: 4, MaxTurns: 60, Trainer: true}
+	return simulate.Options{Run: run, Seed: seed, Tasks: 24, Steps: 3, BatchGroups: 4, MaxTurns: 60, Trainer: true, FactVersion: 1}
 }
 
 // startLedger runs ingest, projector and api over kc, and the pgsink into

@@ -51,6 +51,7 @@ func Generate(o Options, run string) (*Plan, error) {
 // keeps emission order among events of one stream at the same instant.
 type emitter struct {
 	run  string
+	v    int // catalogue version of every fact; 0: the newest
 	bufs [][]record
 	seq  int
 }
@@ -63,9 +64,9 @@ type record struct {
 
 func (em *emitter) add(stream int, vt int64, source string, f events.Fact) {
 	ev := events.New(em.run, source, Epoch.Add(time.Duration(vt)*time.Millisecond), f)
-	// The simulator writes catalogue version 1 facts: its runs, and the
-	// manifests and tree heads pinned from them, are version 1 runs.
-	ev.V = 1
+	if em.v != 0 {
+		ev.V = em.v
+	}
 	em.bufs[stream] = append(em.bufs[stream], record{vt: vt, seq: em.seq, ev: ev})
 	em.seq++
 }
@@ -73,7 +74,7 @@ func (em *emitter) add(stream int, vt int64, source string, f events.Fact) {
 func (m *model) emit(run string, engines int, versions []int64) *Plan {
 	const sched = 0
 	ver, tr := engines+1, engines+2
-	em := &emitter{run: run, bufs: make([][]record, engines+3)}
+	em := &emitter{run: run, v: m.o.FactVersion, bufs: make([][]record, engines+3)}
 	names := make([]string, engines+3)
 	names[sched], names[ver], names[tr] = scheduler, verifier, trainer
 	for i := range engines {
@@ -98,7 +99,11 @@ func (m *model) emit(run string, engines int, versions []int64) *Plan {
 		for i, name := range gateNames {
 			gates[i] = events.Gate{Name: name, Passed: true}
 		}
-		em.add(sched, 0, scheduler, &events.TaskRegistered{Task: t.id, Source: t.source, Kind: t.kind, Tier: t.tier, Gates: gates})
+		tr := &events.TaskRegistered{Task: t.id, Source: t.source, Kind: t.kind, Tier: t.tier, Gates: gates}
+		if m.o.Text {
+			tr.Prompt, tr.PromptCut = taskPrompt(t, m.seed)
+		}
+		em.add(sched, 0, scheduler, tr)
 	}
 	for v, at := range versions {
 		sum := sha256.Sum256([]byte("rolloutledger-sim/" + strconv.FormatUint(m.seed, 10) + "/" + strconv.Itoa(v)))
@@ -152,15 +157,18 @@ func (m *model) emitAttempt(em *emitter, a *attempt, stream int, engine string, 
 	em.add(stream, a.start, engine, &events.AttemptStarted{
 		Attempt: a.id, Group: a.group.id, Task: a.group.task.id, Engine: engine, VM: a.vm, ForkMS: a.forkMS, RetryOf: a.retryOf,
 	})
-	var tok *rand.Rand
+	var tok, txt *rand.Rand
 	if m.o.Tokens {
 		tok = rand.New(rand.NewPCG(m.seed^saltTokens, a.serial))
+	}
+	if m.o.Text {
+		txt = m.textStream(a)
 	}
 	for i := range a.turns {
 		tr := &a.turns[i]
 		at := a.start + tr.start
 		te := &events.TurnGenerated{
-			Attempt: a.id, Turn: i, VersionSegments: events.SingleVersion(versionAt(versions, at)),
+			Attempt: a.id, Turn: i, VersionSegments: m.turnSegments(versions, at, tr),
 			PromptTokens: tr.prompt, CompletionTokens: tr.completion, CachedTokens: tr.cached,
 			Finish: tr.finish, LatencyMS: tr.latency,
 		}
@@ -169,14 +177,28 @@ func (m *model) emitAttempt(em *emitter, a *attempt, stream int, engine string, 
 			te.TokenIDs = tokenIDs(tok, tr.completion)
 			te.Logprobs = logprobs(tok, tr.completion)
 		}
+		calls := make([]*events.ToolCalled, len(tr.tools))
+		for c := range tr.tools {
+			tl := &tr.tools[c]
+			calls[c] = &events.ToolCalled{
+				Attempt: a.id, Turn: i, Call: c, Tool: tl.name, ExitCode: tl.exit, DurationMS: tl.durationMS,
+				OutputBytes: tl.outputBytes, ToFile: tl.toFile, Background: tl.background, TimedOut: tl.timedOut,
+			}
+		}
+		if txt != nil {
+			rendered := make([]string, len(calls))
+			for c, tc := range calls {
+				tc.Input, tc.Output, tc.OutputCut = toolText(txt, &tr.tools[c])
+				tc.Input, tc.InputCut = bounded(tc.Input)
+				rendered[c] = tc.Tool + ": " + tc.Input
+			}
+			te.Text, te.TextCut = completionText(txt, tr.completion, rendered)
+		}
 		at += tr.latency
 		em.add(stream, at, engine, te)
 		for c, tl := range tr.tools {
 			at += tl.durationMS
-			em.add(stream, at, engine, &events.ToolCalled{
-				Attempt: a.id, Turn: i, Call: c, Tool: tl.name, ExitCode: tl.exit, DurationMS: tl.durationMS,
-				OutputBytes: tl.outputBytes, ToFile: tl.toFile, Background: tl.background, TimedOut: tl.timedOut,
-			})
+			em.add(stream, at, engine, calls[c])
 		}
 		if tr.compactBefore > 0 {
 			at += tr.compactMS

@@ -21,7 +21,8 @@ var update = flag.Bool("update", false, "rewrite the golden manifests")
 // review (refresh with -update).
 func TestGoldenManifests(t *testing.T) {
 	// max_staleness 0, so later batches mask turns and drop fully stale groups.
-	o := Options{Seed: 2026, Tasks: 24, Steps: 3, BatchGroups: 4, MaxTurns: 40, MaxStaleness: -1}
+	// With text, so the facts' bytes (the tree roots) pin it as well.
+	o := Options{Seed: 2026, Tasks: 24, Steps: 3, BatchGroups: 4, MaxTurns: 40, MaxStaleness: -1, Text: true}
 	plan, err := Generate(o, "golden-run")
 	if err != nil {
 		t.Fatal(err)
@@ -42,6 +43,7 @@ func TestGoldenManifests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	golden(t, "facts-sample.ndjson", sampleFacts(t, recs))
 	var admissions bytes.Buffer
 	batches := 0
 	for _, d := range ds {
@@ -93,4 +95,39 @@ func golden(t *testing.T, name string, got []byte) {
 	if !bytes.Equal(got, want) {
 		t.Errorf("%s differs from the golden file (run with -update and review the diff)", path)
 	}
+}
+
+// sampleFacts picks records to read in review: the first task, the first
+// turn that spans a weight update, the tool calls of its turn, and the
+// first tool call whose output was cut.
+func sampleFacts(t *testing.T, recs []projections.Record) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	var spanning *events.TurnGenerated
+	task, cut := false, false
+	for _, r := range recs {
+		keep := false
+		switch d := r.Event.Data.(type) {
+		case *events.TaskRegistered:
+			keep, task = !task, true
+		case *events.TurnGenerated:
+			if spanning == nil && len(d.VersionSegments) > 1 {
+				spanning, keep = d, true
+			}
+		case *events.ToolCalled:
+			if spanning != nil && d.Attempt == spanning.Attempt && d.Turn == spanning.Turn {
+				keep = true
+			} else if !cut && d.OutputCut > 0 {
+				keep, cut = true, true
+			}
+		}
+		if keep {
+			out.Write(r.Value)
+			out.WriteByte('\n')
+		}
+	}
+	if spanning == nil || !cut {
+		t.Errorf("no turn spanning a weight update (%v) or no cut tool output (%v)", spanning != nil, cut)
+	}
+	return out.Bytes()
 }

@@ -32,6 +32,7 @@ const (
 	saltAttempt = 0x617474656d707402
 	saltTokens  = 0x746f6b656e730003
 	saltEval    = 0x6576616c00000004
+	saltText    = 0x7465787400000005
 )
 
 var (

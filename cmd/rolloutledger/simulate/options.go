@@ -40,7 +40,7 @@ const (
 // Options describe a synthetic run and how to push it. The zero value of
 // every field means its default; event content is a pure function of Seed
 // and the scale fields (Tasks, Steps, BatchGroups, GroupSize, MinTurns,
-// MaxTurns, InfraFailureRate, Tokens, ContextBudget), never of the transport
+// MaxTurns, InfraFailureRate, Tokens, Text, FactVersion, ContextBudget), never of the transport
 // fields (URL, Workers, EventsPerRequest, Token, Client, Logger).
 type Options struct {
 	// URL is the ledger's base URL [DefaultURL].
@@ -74,6 +74,15 @@ type Options struct {
 	InfraFailureRate float64
 	// Tokens inlines observation_token_ids, token_ids and logprobs on turns.
 	Tokens bool
+	// Text adds readable text (catalogue version 2): task prompts,
+	// completion text, tool calls' input and output, each bounded to 2 KiB
+	// with the rest counted in its *_cut field.
+	Text bool
+	// FactVersion is the catalogue version of the facts written: 0 means
+	// the newest (2); 1 writes a version 1 run, whose turns each carry
+	// one policy version (a turn in flight across a weight update reports
+	// the version it started with) and no text.
+	FactVersion int
 	// ContextBudget is the context size in tokens beyond which an attempt
 	// compacts its context [32768]; at least 4096.
 	ContextBudget int
@@ -132,6 +141,12 @@ func (o Options) Validate() error {
 	between("tasks", o.Tasks, maxTasks)
 	between("steps", o.Steps, math.MaxInt32)
 	between("batch_groups", o.BatchGroups, math.MaxInt32)
+	if o.FactVersion < 0 || o.FactVersion > 2 {
+		bad("fact_version must be 0 (newest), 1 or 2, got %d", o.FactVersion)
+	}
+	if o.FactVersion == 1 && o.Text {
+		bad("text needs catalogue version 2 facts, not fact_version 1")
+	}
 	if o.Rate < 0 {
 		bad("rate must not be negative, got %g", o.Rate)
 	}

@@ -153,10 +153,10 @@ func windows(p *Plan, size int, byVersion bool) [][]unit {
 			for i := lo; i < hi; i++ {
 				r := refs[i]
 				t, ok := p.Streams[r.stream].Events[r.pos].Data.(*events.TurnGenerated)
-				if !ok || t.PolicyVersion() <= seen {
+				if !ok || newestVersion(t) <= seen {
 					continue
 				}
-				seen = t.PolicyVersion()
+				seen = newestVersion(t)
 				if i > lo {
 					hi = i
 					break
@@ -255,7 +255,7 @@ func (p *pusher) pace(ctx context.Context, w []unit) error {
 	for _, u := range w {
 		for _, ev := range u.events {
 			if t, ok := ev.Data.(*events.TurnGenerated); ok {
-				want = max(want, t.PolicyVersion())
+				want = max(want, newestVersion(t))
 			}
 		}
 	}
@@ -292,4 +292,9 @@ func newPusher(o Options) *pusher {
 	}
 	p.trace = fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64())
 	return p
+}
+
+// newestVersion is the policy version of a turn's last tokens.
+func newestVersion(t *events.TurnGenerated) int64 {
+	return t.VersionSegments[len(t.VersionSegments)-1].PolicyVersion
 }

@@ -203,8 +203,10 @@ func (m *model) publish() []int64 {
 		trains := false
 		for _, chain := range g.slots {
 			a := chain[len(chain)-1]
-			for _, tr := range a.turns {
-				s := int64(k-1) - versionAt(versions, a.start+tr.start)
+			for i := range a.turns {
+				// The turn's newest segment is its least stale.
+				segs := m.turnSegments(versions, a.start+a.turns[i].start, &a.turns[i])
+				s := int64(k-1) - segs[len(segs)-1].PolicyVersion
 				trains = trains || s >= 0 && s <= int64(cfg.MaxStaleness)
 			}
 		}
@@ -224,4 +226,32 @@ func (m *model) publish() []int64 {
 // versionAt is the latest version published at or before t.
 func versionAt(versions []int64, t int64) int64 {
 	return int64(sort.Search(len(versions), func(i int) bool { return versions[i] > t })) - 1
+}
+
+// turnSegments are the version segments of a turn generated from virtual
+// time at: a version published while the turn ran takes over the tokens
+// generated after it (an in-flight weight update), the tokens spread evenly
+// over the turn's latency. A version 1 run's turns report the version they
+// started with. Versions published later than those known so far cannot
+// apply: publish calls this only for turns that ended before them.
+func (m *model) turnSegments(versions []int64, at int64, tr *turn) []events.VersionSegment {
+	segs := events.SingleVersion(versionAt(versions, at))
+	if m.o.FactVersion == 1 {
+		return segs
+	}
+	for v := segs[0].PolicyVersion + 1; v < int64(len(versions)) && versions[v] <= at+tr.latency; v++ {
+		start := tr.completion * (versions[v] - at) / max(tr.latency, 1)
+		last := &segs[len(segs)-1]
+		switch {
+		case start >= tr.completion:
+			// Published after the last token.
+			return segs
+		case start <= last.Start:
+			// No token of the older version after all.
+			last.PolicyVersion = v
+		default:
+			segs = append(segs, events.VersionSegment{Start: start, PolicyVersion: v})
+		}
+	}
+	return segs
 }

@@ -56,6 +56,13 @@ type TrainerStep struct {
 	PassRate       float64 `json:"pass_rate"`
 	TokensPerSolve float64 `json:"tokens_per_solve"`
 	SampleLines    int     `json:"sample_lines"`
+	// PartlyTrainedTurns counts turns that span a weight update and of
+	// which some version segments train and others are masked as stale;
+	// TrainedTokens and MaskedTokens split the batch's completion tokens
+	// by segment (docs/design.md §18.3).
+	PartlyTrainedTurns int   `json:"partly_trained_turns"`
+	TrainedTokens      int64 `json:"trained_tokens"`
+	MaskedTokens       int64 `json:"masked_tokens"`
 	// Watermark is the position of the fact that sealed the batch, and
 	// Received when the trainer had its manifest.
 	Watermark projections.LogPosition `json:"watermark"`
@@ -184,6 +191,7 @@ func observe(m projections.Manifest, lines int) TrainerStep {
 		Step: int(m.Seq), Digest: m.Digest, Groups: m.Stats.Groups, Dropped: map[string]int{},
 		Turns: m.Stats.Turns, TrainedTurns: m.Stats.TrainedTurns, Staleness: m.Stats.StalenessHistogram,
 		InFlight: m.Stats.InFlight, InQueue: m.Stats.InQueue, SampleLines: lines,
+		TrainedTokens: m.Stats.TrainedTokens, MaskedTokens: m.Stats.MaskedTokens,
 	}
 	for _, d := range m.Dropped {
 		st.Dropped[d.Reason]++
@@ -191,6 +199,17 @@ func observe(m projections.Manifest, lines int) TrainerStep {
 	attempts, solves, solveTokens := 0, 0, int64(0)
 	for _, g := range m.Groups {
 		for _, a := range g.Attempts {
+			for _, t := range a.Turns {
+				trained := 0
+				for _, seg := range t.Segments {
+					if seg.Trained {
+						trained++
+					}
+				}
+				if trained > 0 && trained < len(t.Segments) {
+					st.PartlyTrainedTurns++
+				}
+			}
 			attempts++
 			if a.Score == 1 {
 				solves++

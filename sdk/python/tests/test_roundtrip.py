@@ -238,3 +238,41 @@ def test_partly_trained_turn(ledger, run_id):
     # Turn 0 has no observation tokens; turn 1's two follow its completion.
     assert s.loss_mask[:4].tolist() == [1, 1, 0, 0]
     assert s.policy_versions[:4].tolist() == [0, 0, 1, 1]
+
+
+def test_arrow_samples_of_several_record_batches(ledger, run_id, monkeypatch):
+    """The server streams a large batch as several record batches, in a
+    chunked body: the client reads it into one buffer (growing it when the
+    body outgrows the room set aside) and joins each column once, to the
+    same arrays as one record batch gives."""
+    import pyarrow as pa
+
+    from rolloutledger import _http
+    from rolloutledger.samples import parse_arrow_samples
+
+    events, _ = small_run_events(run_id, train_groups=1)
+    ledger.post(events)
+    list(ledger.batches(run_id, max_batches=1, wait=10))
+    whole = ledger.samples(run_id, 1, format="arrow")
+    monkeypatch.setattr(_http, "_UNKNOWN_LENGTH_ROOM", 64)  # grows several times
+    monkeypatch.setattr(_http, "_READ_STEP", 100)
+    body = ledger._get(f"/v1/runs/{run_id}/batches/1/samples", accept="application/vnd.apache.arrow.stream", large=True).body
+    table = pa.ipc.open_stream(pa.py_buffer(body)).read_all()
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table, max_chunksize=1)
+    stream = np.frombuffer(sink.getvalue(), dtype=np.uint8).copy()
+    split, meta = parse_arrow_samples(memoryview(stream))
+    # Joined from several record batches, every array is a copy: the body's
+    # buffer may serve the next fetch (Transport.reuse) without changing them.
+    assert split._copied and not whole._copied
+    before = {name: np.array(getattr(split, name)) for name in ("token_ids", "loss_mask", "rollout_logprobs", "policy_versions", "sample_advantages")}
+    stream[:] = 0xAB
+    for name, want in before.items():
+        assert np.array_equal(getattr(split, name), want), f"{name} aliases the body"
+    assert table.column("token_ids").num_chunks == 1 and len(whole) > 1
+    assert meta["run"] == run_id
+    for name in ("segments", "sample_advantages", "offsets", "token_ids", "loss_mask", "rollout_logprobs", "policy_versions"):
+        x, y = getattr(split, name), getattr(whole, name)
+        assert x.dtype == y.dtype and np.array_equal(x, y), name
+    assert split.groups == whole.groups

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -32,10 +33,11 @@ const (
 	GroupPostgres   = "postgres"
 	GroupReplay     = "replay"
 	GroupMemory     = "memory"
+	GroupTokens     = "tokens"
 )
 
 // Groups lists every group in the order the table shows them.
-var Groups = []string{GroupIngest, GroupProjection, GroupSeal, GroupPostgres, GroupReplay, GroupMemory}
+var Groups = []string{GroupIngest, GroupProjection, GroupSeal, GroupPostgres, GroupReplay, GroupMemory, GroupTokens}
 
 // Options configure a benchmark run.
 type Options struct {
@@ -67,6 +69,12 @@ type Options struct {
 	// Executable runs the memory figure's child process; empty means this
 	// process's own executable.
 	Executable string
+	// Python is the interpreter that runs the trainer-fetch figure, with
+	// the SDK, NumPy and pyarrow installed [python3].
+	Python string
+	// FetchScript is the SDK's fetch benchmark
+	// [sdk/python/bench/fetch_samples.py, from the repository's root].
+	FetchScript string
 	// Logger receives progress; nil discards.
 	Logger *slog.Logger
 }
@@ -83,6 +91,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Psql == "" {
 		o.Psql = "psql"
+	}
+	if o.Python == "" {
+		o.Python = "python3"
+	}
+	if o.FetchScript == "" {
+		o.FetchScript = filepath.Join("sdk", "python", "bench", "fetch_samples.py")
 	}
 	if o.ReplayFacts <= 0 {
 		o.ReplayFacts = 3_000_000
@@ -238,6 +252,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		{GroupPostgres, postgresFigures},
 		{GroupReplay, replayFigures},
 		{GroupMemory, memoryFigures},
+		{GroupTokens, tokenFigures},
 	}
 	var failed []error
 	for _, s := range steps {

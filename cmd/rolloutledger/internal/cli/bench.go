@@ -18,6 +18,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 		cpuProfile       string
 		short, asJSON    bool
 		runs, replayFact int
+		python           string
 		dbURL            func() string
 	)
 	cmd := &cobra.Command{
@@ -37,6 +38,9 @@ reproduces it.
   replay      verify from an archive and from Kafka (--replay-facts), and the time
               for a FireFlash-scale run (50 M facts) extrapolated
   memory      projector resident memory vs groups in flight and run length
+  tokens      ingest of 2K-token turns beside ProducerPerformance; the trainer's
+              fetch of a batch into NumPy (Python SDK, --python) beside np.load;
+              bytes per token in the facts log, Pebble and Postgres
 
 Everything runs under its own topic prefix and Postgres schemas, which are
 removed at the end. --short runs tiny sizes once each, to check that every
@@ -52,7 +56,7 @@ figure runs (its numbers mean nothing).`,
 			}
 			o := bench.Options{
 				Brokers: kafkaConfigBrokers(cmd), DatabaseURL: dbURL(), KafkaLibs: kafkaLibs,
-				Short: short, Runs: runs, ReplayFacts: replayFact, Logger: log,
+				Short: short, Runs: runs, ReplayFacts: replayFact, Python: python, Logger: log,
 			}
 			if only != "" {
 				for s := range strings.SplitSeq(only, ",") {
@@ -98,6 +102,7 @@ figure runs (its numbers mean nothing).`,
 	cmd.Flags().IntVar(&runs, "runs", 0, "runs per figure (default 3, 1 with --short)")
 	cmd.Flags().IntVar(&replayFact, "replay-facts", 0, "approximate size of the replay run (default 3,000,000; 10,000 with --short)")
 	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
+	cmd.Flags().StringVar(&python, "python", "python3", "Python interpreter with the SDK, NumPy and pyarrow, for the trainer-fetch figure")
 	cmd.Flags().StringVar(&only, "only", "", "figure groups, comma-separated: "+strings.Join(bench.Groups, ","))
 	return cmd
 }
@@ -114,8 +119,10 @@ func kafkaConfigBrokers(cmd *cobra.Command) []string {
 }
 
 func defaultKafkaLibs() string {
-	if d := os.Getenv("KAFKA_LIBS"); d != "" {
-		return d
+	for _, env := range []string{"KAFKA_LIBS", "ROLLOUTLEDGER_KAFKA_LIBS"} {
+		if d := os.Getenv(env); d != "" {
+			return d
+		}
 	}
 	return filepath.Join(".services", "kafka", "libs")
 }

@@ -33,7 +33,7 @@ and prints what the ledger holds. It needs nothing installed.`,
 	cmd.Flags().BoolVar(&keep, "keep", false, "keep the data directory afterwards")
 	// Six steps with max_staleness 3: a short run whose batches show
 	// masked turns (the recipe's 6 needs longer runs to bite).
-	sf := addSimFlags(cmd, simulate.Options{Seed: 1, Trainer: true, Steps: 6, MaxStaleness: 3})
+	sf := addSimFlags(cmd, simulate.Options{Seed: 1, Trainer: true, Steps: 6, MaxStaleness: 3, Text: true})
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		g.logLevel = "warn"
 		log, err := g.logger("text")
@@ -48,7 +48,7 @@ and prints what the ledger holds. It needs nothing installed.`,
 				defer os.RemoveAll(data)
 			}
 		}
-		return runDemo(cmd.Context(), g.stdout, log, data, sf.o)
+		return runDemo(cmd.Context(), g.stdout, log, data, sf.options(cmd))
 	}
 	return cmd
 }
@@ -114,6 +114,17 @@ func printSteps(out io.Writer, steps []simulate.TrainerStep) {
 		}
 		fmt.Fprintf(out, "  %4d %6d %-34s %6.1f%% %5.0f%% %9.0f  %s  %s / %s\n", st.Step, st.Groups, dropped,
 			100*st.MaskedFraction(), 100*st.PassRate, st.TokensPerSolve, histogram(st.Staleness), histogram(st.InFlight), histogram(st.InQueue))
+	}
+	var partly int
+	var trained, masked int64
+	for _, st := range steps {
+		partly += st.PartlyTrainedTurns
+		trained += st.TrainedTokens
+		masked += st.MaskedTokens
+	}
+	if total := trained + masked; total > 0 {
+		fmt.Fprintf(out, "  turns partly trained: %d (they span a weight update; only their stale version segments are masked); tokens masked by segment: %d of %d (%.1f%%)\n",
+			partly, masked, total, 100*float64(masked)/float64(total))
 	}
 }
 

@@ -28,11 +28,24 @@ func addSimFlags(cmd *cobra.Command, defaults simulate.Options) *simFlags {
 	f.IntVar(&s.o.MinTurns, "min-turns", defaults.MinTurns, "fewest turns of an attempt (0 = default 5)")
 	f.IntVar(&s.o.MaxTurns, "max-turns", defaults.MaxTurns, "most turns of an attempt (0 = default 200)")
 	f.Float64Var(&s.o.InfraFailureRate, "infra-failure-rate", defaults.InfraFailureRate, "fraction of attempts lost to infrastructure (0 = default 0.03)")
-	f.BoolVar(&s.o.Tokens, "tokens", defaults.Tokens, "inline token ids and logprobs in turns (10–50 KB per turn)")
+	f.BoolVar(&s.o.Tokens, "tokens", defaults.Tokens, "inline token ids and logprobs in turns (about 10 bytes a token, base64 little-endian)")
+	f.BoolVar(&s.o.Text, "text", defaults.Text, "readable text: task prompts, completion text, tool input and output (each kept to 2 KiB, the rest counted as cut)")
+	f.IntVar(&s.o.FactVersion, "fact-version", defaults.FactVersion, "catalogue version of the facts: 0 = newest (2), 1 = version 1 (one policy version per turn, no text)")
 	f.BoolVar(&s.o.Trainer, "trainer", defaults.Trainer, "run a trainer stand-in that consumes sealed batches over HTTP and publishes the policy versions")
 	f.Float64Var(&s.o.Rate, "rate", defaults.Rate, "cap the push at this many events per second (0 = as fast as the ledger takes them)")
 	f.IntVar(&s.o.EventsPerRequest, "events-per-request", defaults.EventsPerRequest, "events per POST (0 = default 256)")
 	return s
+}
+
+// options are the flags' options: version 1 facts hold no text, so
+// --fact-version 1 turns the default --text off (an explicit --text stays,
+// and is refused).
+func (s *simFlags) options(cmd *cobra.Command) simulate.Options {
+	o := s.o
+	if o.FactVersion == 1 && !cmd.Flags().Changed("text") {
+		o.Text = false
+	}
+	return o
 }
 
 func newSimulateCmd(g *globals) *cobra.Command {
@@ -43,7 +56,7 @@ func newSimulateCmd(g *globals) *cobra.Command {
 	}
 	var url string
 	cmd.Flags().StringVar(&url, "url", "http://127.0.0.1:7070", "base URL of the ledger")
-	sf := addSimFlags(cmd, simulate.Options{Seed: 1})
+	sf := addSimFlags(cmd, simulate.Options{Seed: 1, Text: true})
 	// The simulator writes the trainer's facts as well as the rollout side's,
 	// so against a ledger with tokens it needs an admin token.
 	cmd.Flags().StringVar(&sf.o.Token, "token", "", "bearer token sent with every request (default $ROLLOUTLEDGER_TOKEN; an admin token, since the simulator writes both producer and trainer facts)")
@@ -52,7 +65,7 @@ func newSimulateCmd(g *globals) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		o := sf.o
+		o := sf.options(cmd)
 		if o.Token == "" {
 			o.Token = os.Getenv("ROLLOUTLEDGER_TOKEN")
 		}

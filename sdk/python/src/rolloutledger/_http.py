@@ -19,12 +19,14 @@ TRANSPORT_ERRORS = (OSError, http.client.HTTPException)
 
 
 class Response:
-    __slots__ = ("status", "headers", "body")
+    __slots__ = ("status", "headers", "body", "buffer")
 
-    def __init__(self, status: int, headers, body: bytes):
+    def __init__(self, status: int, headers, body: bytes, buffer=None):
         self.status = status
         self.headers = headers
         self.body = body
+        # The whole buffer a large body was read into (see Transport.reuse).
+        self.buffer = buffer
 
     def json(self):
         return json.loads(self.body)
@@ -68,10 +70,17 @@ class Transport:
         body: bytes | None = None,
         headers: dict | None = None,
         timeout: float = 30.0,
+        large: bool = False,
     ) -> Response:
         """Sends one request and reads the whole answer. Raises one of
         TRANSPORT_ERRORS when the connection fails; the connection is then
-        dropped and the next request opens a new one."""
+        dropped and the next request opens a new one.
+
+        With ``large``, a 200's body is read with readinto into one
+        preallocated buffer (the Content-Length, else grown as it comes) and
+        returned as a memoryview of it: ``HTTPResponse.read()`` of a chunked
+        body joins its pieces in a list and copies them again, about a third
+        the speed for a 100 MB body."""
         h = {"User-Agent": self.user_agent, "Accept": "application/json"}
         if self.token:
             h["Authorization"] = "Bearer " + self.token
@@ -81,7 +90,12 @@ class Transport:
         try:
             conn.request(method, self.prefix + path, body=body, headers=h)
             resp = conn.getresponse()
-            data = resp.read()
+            buffer = None
+            if large and resp.status == 200:
+                data, buffer = _read_into(resp, getattr(self._local, "spare", None))
+                self._local.spare = None
+            else:
+                data = resp.read()
         except BaseException:
             conn.close()
             self._local.conn = None
@@ -89,7 +103,56 @@ class Transport:
         if resp.will_close:
             conn.close()
             self._local.conn = None
-        return Response(resp.status, resp.headers, data)
+        return Response(resp.status, resp.headers, data, buffer)
+
+    def reuse(self, resp: Response):
+        """Keeps the buffer resp's large body was read into for this
+        thread's next large body, once nothing refers to the body any more
+        (the caller copied what it needed out of it). Fresh memory costs a
+        page fault per 4 KiB, as much as the copy into it on a busy machine:
+        a trainer fetching batch after batch reads each into warm pages."""
+        if resp.buffer is not None:
+            spare = getattr(self._local, "spare", None)
+            if spare is None or len(resp.buffer) > len(spare):
+                self._local.spare = resp.buffer
+            resp.buffer = resp.body = None
+
+
+# The most bytes one readinto call asks for, and the room first set aside
+# for a body of unknown length (address space only: pages the body never
+# reaches are never touched).
+_READ_STEP = 16 << 20
+_UNKNOWN_LENGTH_ROOM = 256 << 20
+
+
+def _read_into(resp, spare=None):
+    """The whole body of resp, read with readinto into one buffer, and the
+    buffer: a uint8 NumPy array (spare, when it is large enough) of at least
+    the Content-Length, or, for a chunked body, of generous room that
+    doubles (one copy) when the body outgrows it. NumPy's empty arrays are
+    not zeroed, so room the body does not use costs nothing; bytearray(n)
+    would write every page first."""
+    import numpy as np  # noqa: PLC0415 - only bodies that need it
+
+    length = resp.length  # None when chunked
+    want = length if length is not None else _UNKNOWN_LENGTH_ROOM
+    buf = spare if spare is not None and (len(spare) >= want or length is None) else np.empty(want, dtype=np.uint8)
+    n = 0
+    while True:
+        if n == len(buf) or (length is not None and n == length):
+            if length is not None:
+                break
+            grown = np.empty(2 * len(buf), dtype=np.uint8)
+            grown[:n] = buf
+            buf = grown
+        step = _READ_STEP if length is None else min(_READ_STEP, length - n)
+        k = resp.readinto(memoryview(buf[n : n + step]))
+        if not k:
+            break
+        n += k
+    if length is not None and n < length:
+        raise http.client.IncompleteRead(b"", length - n)
+    return memoryview(buf[:n]), buf
 
 
 def error_from_response(resp: Response, what: str) -> E.LedgerError:

@@ -398,14 +398,15 @@ class Ledger:
 
     # --- reading -------------------------------------------------------------------
 
-    def _get(self, path: str, *, timeout: float | None = None, ok=(200,), accept: str | None = None):
-        """A GET, retried on transport errors and transient answers."""
+    def _get(self, path: str, *, timeout: float | None = None, ok=(200,), accept: str | None = None, large: bool = False):
+        """A GET, retried on transport errors and transient answers; with
+        ``large``, the body is read into one buffer (a memoryview)."""
         deadline = time.monotonic() + self.retry_timeout
         attempt = 0
         headers = {"Accept": accept} if accept else None
         while True:
             try:
-                resp = self._http.request("GET", path, timeout=timeout or self.timeout, headers=headers)
+                resp = self._http.request("GET", path, timeout=timeout or self.timeout, headers=headers, large=large)
             except TRANSPORT_ERRORS as e:
                 last = f"{type(e).__name__}: {e}"
             else:
@@ -472,8 +473,10 @@ class Ledger:
         if fmt == "arrow":
             if not have_pyarrow():
                 raise ImportError("Arrow samples need pyarrow: pip install rolloutledger[arrow] (or format='ndjson')")
-            resp = self._get(path, accept=ARROW_MEDIA_TYPE)
+            resp = self._get(path, accept=ARROW_MEDIA_TYPE, large=True)
             samples, meta = parse_arrow_samples(resp.body)
+            if getattr(samples, "_copied", False):
+                self._http.reuse(resp)
             if meta.get("run", run) != run or meta.get("seq", str(int(seq))) != str(int(seq)):
                 raise E.LedgerError(f"asked for the samples of batch {seq} of {run}, got those of batch {meta.get('seq')} of {meta.get('run')}")
         elif fmt == "ndjson":

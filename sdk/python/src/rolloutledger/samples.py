@@ -10,10 +10,11 @@ observation tokens) and the policy version that generated it; the sample
 carries its attempt's advantage.
 
 The samples arrive as Apache Arrow IPC when pyarrow is installed
-(``pip install rolloutledger[arrow]``), else as NDJSON. From Arrow the
-arrays are views of the response's memory: each column's values are one
-contiguous buffer, reached without a copy (read-only arrays; copy one with
-``np.array(x)`` to write to it). A :class:`SampleBatch` holds the batch's
+(``pip install rolloutledger[arrow]``), else as NDJSON. From Arrow a
+small batch's arrays are views of the response's memory, reached without a
+copy (read-only arrays; copy one with ``np.array(x)`` to write to it); a
+large batch comes as several record batches, streamed as the server reads
+them, and each column is joined once into one contiguous array. A :class:`SampleBatch` holds the batch's
 columns flat, end to end, with ``offsets`` marking where each sample
 starts; a :class:`Sample` is a view of its slice.
 
@@ -329,21 +330,25 @@ def parse_samples(ndjson: bytes) -> SampleBatch:
 
 
 def _flat(col, name):
-    """A list column's values and offsets, without copying when the column
-    is one chunk."""
-    import pyarrow as pa  # noqa: PLC0415 - optional dependency
-
+    """A list column's values and offsets: views of the body when the
+    column is one record batch, else one copy of the values into a new
+    array (the server streams a batch as several record batches)."""
     chunks = col.chunks
     if len(chunks) == 1:
         arr = chunks[0]
         values = arr.values.to_numpy(zero_copy_only=True)
         offsets = arr.offsets.to_numpy(zero_copy_only=True)
         return values, offsets
-    # Several record batches (a batch past the server's per-record bound):
-    # one copy to join them.
-    arr = pa.concat_arrays([c.flatten() for c in chunks]) if chunks else pa.array([], type=col.type.value_type)
-    values = arr.to_numpy(zero_copy_only=False)
-    lengths = np.concatenate([np.diff(c.offsets.to_numpy()) for c in chunks]) if chunks else np.zeros(0, np.int64)
+    parts, lengths = [], []
+    for c in chunks:
+        off = c.offsets.to_numpy(zero_copy_only=True)
+        # A chunk's values may start past 0 (a slice): take its own span.
+        parts.append(c.values.to_numpy(zero_copy_only=True)[off[0] : off[-1]])
+        lengths.append(np.diff(off))
+    if not parts:
+        return np.zeros(0, dtype=_DTYPES[name]), np.zeros(1, dtype=np.int64)
+    values = np.concatenate(parts)
+    lengths = np.concatenate(lengths)
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     return values, offsets
@@ -351,8 +356,9 @@ def _flat(col, name):
 
 def parse_arrow_samples(body) -> tuple[SampleBatch, dict[str, str]]:
     """Reads an Arrow IPC stream of samples (the answer to ``Accept:
-    application/vnd.apache.arrow.stream``) without copying the token
-    columns; returns the samples and the schema's metadata (run, seq,
+    application/vnd.apache.arrow.stream``): a stream of one record batch
+    without copying the token columns, of several with one copy per column
+    to join them; returns the samples and the schema's metadata (run, seq,
     digest, rule_version)."""
     import pyarrow as pa  # noqa: PLC0415 - optional dependency
 
@@ -379,7 +385,11 @@ def parse_arrow_samples(body) -> tuple[SampleBatch, dict[str, str]]:
         elif not np.array_equal(offsets, off):
             raise E.LedgerError(f"Arrow samples: column {name} has other sample boundaries than token_ids")
     columns["offsets"] = (offsets if offsets is not None else np.zeros(1)).astype(np.int64)
-    return SampleBatch(columns=columns, source="arrow"), meta
+    batch = SampleBatch(columns=columns, source="arrow")
+    # Whether every array was copied out of the body (it came as several
+    # record batches), so the body's memory may serve again.
+    batch._copied = table.num_rows == 0 or all(table.column(c).num_chunks > 1 for c in ("advantage", *_DTYPES))
+    return batch, meta
 
 
 class Batch:
