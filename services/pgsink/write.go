@@ -22,6 +22,11 @@ type writer struct {
 	// dupes is set when the last window stored through the staging
 	// tables had rows whose keys were stored already.
 	dupes bool
+	// staging is set once the session created its staging tables, which
+	// it does at its first window with duplicates (most sessions never
+	// need them). A failed transaction ends the session, so a creation
+	// rolled back is never taken for done.
+	staging bool
 }
 
 // Prepare decodes a window's rows while the previous window is written.
@@ -231,6 +236,16 @@ func (w *writer) copyDirect(ctx context.Context, tx pgx.Tx, win *window) ([]tabl
 // each gained, and how many rows the window had.
 func (w *writer) copyStaged(ctx context.Context, tx pgx.Tx, win *window) ([]tableID, []int64, int64, error) {
 	schema := w.s.o.Schema
+	if !w.staging {
+		b := &pgx.Batch{}
+		for i := range tables {
+			b.Queue(tables[i].createStage(schema))
+		}
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return nil, nil, 0, fmt.Errorf("create the staging tables: %w", err)
+		}
+		w.staging = true
+	}
 	var staged []tableID
 	var total int64
 	for id := range numTables {
