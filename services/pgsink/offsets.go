@@ -24,7 +24,7 @@ func (s *Sink) offsetsTable() string {
 // connection, its staging tables, and the offsets it read from.
 type store struct{ s *Sink }
 
-// Open connects, prepares the session's staging tables, makes sure every
+// Open connects, makes sure every
 // partition of parts has a consumed_offsets row, and returns where each is
 // stored to, with the mark of the first record the schema ever stored from
 // it, so that the consumer can tell another log under the same topic names
@@ -50,11 +50,6 @@ func (st store) Open(ctx context.Context, parts []TopicPartition) (consumer.Sess
 }
 
 func (s *Sink) open(ctx context.Context, conn *pgx.Conn, parts []TopicPartition) (map[TopicPartition]consumer.Stored, error) {
-	for i := range tables {
-		if _, err := conn.Exec(ctx, tables[i].createStage(s.o.Schema)); err != nil {
-			return nil, fmt.Errorf("create staging table for %s: %w", tables[i].name, err)
-		}
-	}
 	byTopic := map[string][]int32{}
 	for _, tp := range parts {
 		byTopic[tp.Topic] = append(byTopic[tp.Topic], int32(tp.Partition))

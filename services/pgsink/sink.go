@@ -30,7 +30,9 @@ type Options struct {
 	// Schema is the schema written [DefaultSchema]. It must be migrated
 	// ([Migrate]) before the sink runs.
 	Schema string
-	// Window bounds the records one transaction stores [5,000].
+	// Window bounds the records one transaction stores [20,000]. A window
+	// takes only records already read, so it is this large only while the
+	// sink catches up, where fewer, larger transactions store faster.
 	Window int
 	// WindowBytes bounds the record bytes one transaction reads [32 MiB].
 	WindowBytes int
@@ -93,7 +95,7 @@ func (o Options) withDefaults() Options {
 		o.Schema = DefaultSchema
 	}
 	if o.Window == 0 {
-		o.Window = 5000
+		o.Window = 20000
 	}
 	if o.WindowBytes == 0 {
 		o.WindowBytes = 32 << 20

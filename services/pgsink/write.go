@@ -2,10 +2,13 @@ package pgsink
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/rolloutledger/rolloutledger/internal/consumer"
 )
@@ -16,6 +19,14 @@ type writer struct {
 	s       *Sink
 	conn    *pgx.Conn
 	offsets map[TopicPartition]int64
+	// dupes is set when the last window stored through the staging
+	// tables had rows whose keys were stored already.
+	dupes bool
+	// staging is set once the session created its staging tables, which
+	// it does at its first window with duplicates (most sessions never
+	// need them). A failed transaction ends the session, so a creation
+	// rolled back is never taken for done.
+	staging bool
 }
 
 // Prepare decodes a window's rows while the previous window is written.
@@ -40,6 +51,16 @@ func (w *writer) Close() error { return w.conn.Close(context.Background()) }
 // the offset this session read from, or the transaction is abandoned with
 // ErrOffsetsMoved). So a record's rows are committed exactly when the
 // offset past it is, and never by two sessions.
+//
+// Rows are written once: COPY straight into the tables (copyDirect). A
+// key stored before — a fact delivered twice, a decision re-emitted, a
+// partition read again from its start — makes that COPY fail on the
+// table's key; the transaction then rolls back to before it and stores
+// the window through the staging tables (copyStaged), which drop such
+// rows. The offsets make the choice safe: whichever way the rows went in,
+// they commit with the offsets past their records or not at all. While
+// windows keep finding stored keys (a partition read again), the next
+// ones go through the staging tables at once.
 func (w *writer) write(ctx context.Context, cw *consumer.Window) (err error) {
 	win := cw.Prepared.(*window)
 	ctx, span := w.s.startWrite(ctx, win)
@@ -50,24 +71,34 @@ func (w *writer) write(ctx context.Context, cw *consumer.Window) (err error) {
 		return fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	schema := w.s.o.Schema
-	var staged []tableID
-	for id := range numTables {
-		rows := win.tableRows(id)
-		if len(rows) == 0 {
-			continue
+	var copied []tableID
+	var perTable []int64
+	var inserted int64
+	if !w.dupes {
+		copied, perTable, err = w.copyDirect(ctx, tx, win)
+		if err != nil {
+			return err
 		}
-		t := &tables[id]
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"pg_temp", t.stageName()}, t.stageCols(), pgx.CopyFromRows(rows)); err != nil {
-			return fmt.Errorf("copy into the staging table of %s: %w", t.name, err)
+	}
+	if copied == nil {
+		// The window repeats keys already stored (or in itself): store it
+		// through the staging tables, which keep the first of each key.
+		var total int64
+		copied, perTable, total, err = w.copyStaged(ctx, tx, win)
+		if err != nil {
+			return err
 		}
-		staged = append(staged, id)
+		for _, n := range perTable {
+			inserted += n
+		}
+		w.dupes = inserted < total
+	} else {
+		for _, n := range perTable {
+			inserted += n
+		}
 	}
 
 	b := &pgx.Batch{}
-	for _, id := range staged {
-		b.Queue(tables[id].insert(schema))
-	}
 	adv := cw.Partitions
 	topics := make([]string, 0, len(adv))
 	parts := make([]int32, 0, len(adv))
@@ -93,17 +124,6 @@ func (w *writer) write(ctx context.Context, cw *consumer.Window) (err error) {
 		 WHERE o.topic = v.topic AND o.partition = v.partition AND o.next_offset = v.expected`, w.s.offsetsTable()),
 		topics, parts, expected, next, first, shas)
 	results := tx.SendBatch(ctx, b)
-	var inserted int64
-	perTable := make([]int64, len(staged))
-	for i, id := range staged {
-		tag, err := results.Exec()
-		if err != nil {
-			results.Close()
-			return fmt.Errorf("insert into %s: %w", tables[id].name, err)
-		}
-		perTable[i] = tag.RowsAffected()
-		inserted += tag.RowsAffected()
-	}
 	tag, err := results.Exec()
 	if err != nil {
 		results.Close()
@@ -122,10 +142,10 @@ func (w *writer) write(ctx context.Context, cw *consumer.Window) (err error) {
 	at := time.Now()
 	m := w.s.tel.Metrics
 	m.PGWrite(ctx, at.Sub(start))
-	for i, id := range staged {
+	for i, id := range copied {
 		m.PGRows(ctx, tables[id].name, perTable[i])
 	}
-	w.s.noteSpanTables(span, staged, inserted)
+	w.s.noteSpanTables(span, copied, inserted)
 
 	c := Commit{Records: win.records, Rows: inserted, Next: make(map[TopicPartition]int64, len(adv)), At: at}
 	for tp, a := range adv {
@@ -171,3 +191,103 @@ func (w *writer) verify(ctx context.Context) error {
 	}
 	return nil
 }
+
+// copyDirect copies the window's rows straight into their tables, parents
+// first, inside a savepoint. It returns the tables written and their row
+// counts, or nil tables (and the transaction back at the savepoint) when
+// a row broke a table's key or foreign key: some row was stored before,
+// or repeats a key of the window, and copyStaged must sort them out.
+func (w *writer) copyDirect(ctx context.Context, tx pgx.Tx, win *window) ([]tableID, []int64, error) {
+	if _, err := tx.Exec(ctx, "SAVEPOINT direct"); err != nil {
+		return nil, nil, fmt.Errorf("savepoint: %w", err)
+	}
+	schema := w.s.o.Schema
+	var copied []tableID
+	var counts []int64
+	for id := range numTables {
+		rows := win.tableRows(id)
+		if len(rows) == 0 {
+			continue
+		}
+		t := &tables[id]
+		n, err := tx.CopyFrom(ctx, pgx.Identifier{schema, t.name}, t.cols, &ownColumns{rows: rows, n: len(t.cols), i: -1})
+		if err != nil {
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) && strings.HasPrefix(pe.Code, "23") { // integrity constraint violation
+				if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT direct"); err != nil {
+					return nil, nil, fmt.Errorf("roll back to savepoint: %w", err)
+				}
+				return nil, nil, nil
+			}
+			return nil, nil, fmt.Errorf("copy into %s: %w", t.name, err)
+		}
+		copied = append(copied, id)
+		counts = append(counts, n)
+	}
+	if copied == nil {
+		copied = []tableID{}
+	}
+	return copied, counts, nil
+}
+
+// copyStaged copies the window's rows into the session's staging tables
+// and moves them into the real ones with INSERT ... ON CONFLICT DO
+// NOTHING (see [table.insert]). It returns the tables written, the rows
+// each gained, and how many rows the window had.
+func (w *writer) copyStaged(ctx context.Context, tx pgx.Tx, win *window) ([]tableID, []int64, int64, error) {
+	schema := w.s.o.Schema
+	if !w.staging {
+		b := &pgx.Batch{}
+		for i := range tables {
+			b.Queue(tables[i].createStage(schema))
+		}
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return nil, nil, 0, fmt.Errorf("create the staging tables: %w", err)
+		}
+		w.staging = true
+	}
+	var staged []tableID
+	var total int64
+	for id := range numTables {
+		rows := win.tableRows(id)
+		if len(rows) == 0 {
+			continue
+		}
+		t := &tables[id]
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"pg_temp", t.stageName()}, t.stageCols(), pgx.CopyFromRows(rows)); err != nil {
+			return nil, nil, 0, fmt.Errorf("copy into the staging table of %s: %w", t.name, err)
+		}
+		staged = append(staged, id)
+		total += int64(len(rows))
+	}
+	b := &pgx.Batch{}
+	for _, id := range staged {
+		b.Queue(tables[id].insert(schema))
+	}
+	results := tx.SendBatch(ctx, b)
+	counts := make([]int64, len(staged))
+	for i, id := range staged {
+		tag, err := results.Exec()
+		if err != nil {
+			results.Close()
+			return nil, nil, 0, fmt.Errorf("insert into %s: %w", tables[id].name, err)
+		}
+		counts[i] = tag.RowsAffected()
+	}
+	if err := results.Close(); err != nil {
+		return nil, nil, 0, err
+	}
+	return staged, counts, total, nil
+}
+
+// ownColumns is a [pgx.CopyFromSource] over staged rows that copies only
+// a table's own n columns: a child's rows carry their record's log
+// position after them, for the staging tables' join.
+type ownColumns struct {
+	rows [][]any
+	n, i int
+}
+
+func (c *ownColumns) Next() bool             { c.i++; return c.i < len(c.rows) }
+func (c *ownColumns) Values() ([]any, error) { return c.rows[c.i][:c.n], nil }
+func (c *ownColumns) Err() error             { return nil }

@@ -34,10 +34,13 @@ const (
 	GroupReplay     = "replay"
 	GroupMemory     = "memory"
 	GroupTokens     = "tokens"
+	// GroupAnalysts times docs/analysts.md's queries over a FireFlash-size
+	// run; it loads tens of millions of rows, so it runs only when named.
+	GroupAnalysts = "analysts"
 )
 
 // Groups lists every group in the order the table shows them.
-var Groups = []string{GroupIngest, GroupProjection, GroupSeal, GroupPostgres, GroupReplay, GroupMemory, GroupTokens}
+var Groups = []string{GroupIngest, GroupProjection, GroupSeal, GroupPostgres, GroupReplay, GroupMemory, GroupTokens, GroupAnalysts}
 
 // Options configure a benchmark run.
 type Options struct {
@@ -63,6 +66,14 @@ type Options struct {
 	// ReplayFacts is the approximate size of the replay run [3,000,000;
 	// ~10,000 with Short].
 	ReplayFacts int
+	// AnalystsFacts is the size of the run the analysts' queries are
+	// timed on [20,000,000; 200,000 with Short].
+	AnalystsFacts int
+	// AnalystsBefore also times them through the views of migration 00002.
+	AnalystsBefore bool
+	// AnalystsKeep keeps the schema holding the loaded run (and the
+	// views of 00002 with AnalystsBefore), to query it by hand.
+	AnalystsKeep bool
 	// Command is how the report names the command that reproduces a
 	// figure, e.g. "rolloutledger bench".
 	Command string
@@ -104,6 +115,12 @@ func (o Options) withDefaults() Options {
 			o.ReplayFacts = 10_000
 		}
 	}
+	if o.AnalystsFacts <= 0 {
+		o.AnalystsFacts = 20_000_000
+		if o.Short {
+			o.AnalystsFacts = 200_000
+		}
+	}
 	if o.Command == "" {
 		o.Command = "rolloutledger bench"
 	}
@@ -128,6 +145,9 @@ func (o Options) Validate() error {
 }
 
 func (o Options) wants(group string) bool {
+	if group == GroupAnalysts {
+		return slices.Contains(o.Only, group)
+	}
 	return len(o.Only) == 0 || slices.Contains(o.Only, group)
 }
 
@@ -253,6 +273,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		{GroupReplay, replayFigures},
 		{GroupMemory, memoryFigures},
 		{GroupTokens, tokenFigures},
+		{GroupAnalysts, analystsFigures},
 	}
 	var failed []error
 	for _, s := range steps {

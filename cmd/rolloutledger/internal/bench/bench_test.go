@@ -14,6 +14,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/internal/bench"
+	"github.com/rolloutledger/rolloutledger/docs"
 	"github.com/rolloutledger/rolloutledger/internal/testenv"
 )
 
@@ -94,6 +95,12 @@ func TestShortRunsEveryFigure(t *testing.T) {
 		}
 	}
 	for _, g := range bench.Groups {
+		if g == bench.GroupAnalysts {
+			if groups[g] != 0 {
+				t.Errorf("the analysts' figures ran unasked: they load tens of millions of rows")
+			}
+			continue
+		}
 		if groups[g] == 0 {
 			t.Errorf("no figure of group %s", g)
 		}
@@ -160,5 +167,43 @@ func TestOptionsValidate(t *testing.T) {
 	}
 	if err := (bench.Options{Brokers: []string{"127.0.0.1:9092"}, Only: bench.Groups}).Validate(); err != nil {
 		t.Errorf("valid options refused: %v", err)
+	}
+}
+
+// --only analysts times every SQL block of docs/analysts.md but the DBA's
+// and the session settings, over one loaded run, and drops what it loaded.
+func TestAnalystsTimesEveryDocumentedQuery(t *testing.T) {
+	kc := testenv.RealKafka(t)
+	url := testenv.Postgres(t)
+	rep, err := bench.Run(context.Background(), bench.Options{Brokers: kc.Brokers, DatabaseURL: url, Short: true,
+		Only: []string{bench.GroupAnalysts}, AnalystsFacts: 20_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 0
+	for _, b := range docs.SQLBlocks(docs.Analysts) {
+		if !strings.Contains(b.SQL, "CREATE ROLE") && !strings.HasPrefix(b.SQL, `\set`) && !strings.HasPrefix(b.SQL, "SET ") {
+			want++
+		}
+	}
+	if len(rep.Figures) != want {
+		t.Errorf("%d figures, want one per documented query (%d)", len(rep.Figures), want)
+	}
+	for _, f := range rep.Figures {
+		if f.Skipped || len(f.Runs) != 1 || f.Median <= 0 || f.Ratio == nil {
+			t.Errorf("%s: skipped %v, runs %v, ratio %v: want one timing against the 1 s goal (%s)", f.Name, f.Skipped, f.Runs, f.Ratio, f.Note)
+		}
+	}
+	pg, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pg.Close(context.Background())
+	var left int
+	if err := pg.QueryRow(context.Background(), "SELECT count(*) FROM pg_namespace WHERE nspname LIKE $1", strings.ReplaceAll(rep.Prefix, "-", "_")+"_%").Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Errorf("%d schemas of %s are left behind", left, rep.Prefix)
 	}
 }

@@ -60,7 +60,7 @@ func postgresFigures(ctx context.Context, e *env) ([]*Figure, error) {
 		psql.Runs = append(psql.Runs, float64(rows)/took.Seconds())
 		psql.Note = "the sink's rows exported to CSV, then loaded by psql \\copy into the same tables of a fresh schema (same indexes and constraints), parents first"
 	}
-	sink.link = func(map[string]*Figure) { sink.against(psql, 0.5, ">= 50% of psql \\copy") }
+	sink.link = func(map[string]*Figure) { sink.against(psql, 0.7, ">= 70% of psql \\copy") }
 	return []*Figure{sink, psql}, nil
 }
 

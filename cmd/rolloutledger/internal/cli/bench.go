@@ -19,6 +19,9 @@ func newBenchCmd(g *globals) *cobra.Command {
 		short, asJSON    bool
 		runs, replayFact int
 		python           string
+		analystsFacts    int
+		analystsBefore   bool
+		analystsKeep     bool
 		dbURL            func() string
 	)
 	cmd := &cobra.Command{
@@ -41,6 +44,8 @@ reproduces it.
   tokens      ingest of 2K-token turns beside ProducerPerformance; the trainer's
               fetch of a batch into NumPy (Python SDK, --python) beside np.load;
               bytes per token in the facts log, Pebble and Postgres
+  analysts    every query of docs/analysts.md over one run of --analysts-facts facts
+              (only when named in --only: it loads tens of millions of rows)
 
 Everything runs under its own topic prefix and Postgres schemas, which are
 removed at the end. --short runs tiny sizes once each, to check that every
@@ -57,6 +62,7 @@ figure runs (its numbers mean nothing).`,
 			o := bench.Options{
 				Brokers: kafkaConfigBrokers(cmd), DatabaseURL: dbURL(), KafkaLibs: kafkaLibs,
 				Short: short, Runs: runs, ReplayFacts: replayFact, Python: python, Logger: log,
+				AnalystsFacts: analystsFacts, AnalystsBefore: analystsBefore, AnalystsKeep: analystsKeep,
 			}
 			if only != "" {
 				for s := range strings.SplitSeq(only, ",") {
@@ -101,6 +107,9 @@ figure runs (its numbers mean nothing).`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
 	cmd.Flags().IntVar(&runs, "runs", 0, "runs per figure (default 3, 1 with --short)")
 	cmd.Flags().IntVar(&replayFact, "replay-facts", 0, "approximate size of the replay run (default 3,000,000; 10,000 with --short)")
+	cmd.Flags().IntVar(&analystsFacts, "analysts-facts", 0, "size of the run the analysts' queries are timed on (default 20,000,000; 200,000 with --short)")
+	cmd.Flags().BoolVar(&analystsBefore, "analysts-before", false, "also time the analysts' queries through the views of migration 00002, over the same rows")
+	cmd.Flags().BoolVar(&analystsKeep, "analysts-keep", false, "keep the Postgres schema of the analysts' run (logged) to query it by hand; drop it yourself")
 	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	cmd.Flags().StringVar(&python, "python", "python3", "Python interpreter with the SDK, NumPy and pyarrow, for the trainer-fetch figure")
 	cmd.Flags().StringVar(&only, "only", "", "figure groups, comma-separated: "+strings.Join(bench.Groups, ","))
