@@ -14,7 +14,9 @@ import (
 // Version 2: staleness, masks and stats per version segment of a turn
 // (partly trained turns, trained_tokens and masked_tokens), and the batch
 // digest over the samples' canonical binary form.
-const RuleVersion = 2
+//
+// Version 3: RLOO's mean of the others is an ordered sum (§6.5).
+const RuleVersion = 3
 
 // The decision kinds the fold concludes.
 const (
