@@ -26,7 +26,7 @@ import (
 
 // Reasons a completed train group is not used.
 const (
-	DropInfraLost  = "infra_lost"  // closed with fewer than min_group rewarded slots
+	DropInfraLost  = "infra_lost"  // closed with fewer than min_group complete slots
 	DropUnadmitted = "unadmitted"  // enforce_admission and the task not admitted at completion
 	DropZeroSignal = "zero_signal" // scores with population std <= 1e-6
 	DropFullyStale = "fully_stale" // no version segment of any turn would train in the batch it would enter
