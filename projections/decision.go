@@ -20,7 +20,9 @@ import (
 // slots complete there, never waiting for an owed verdict, and a slot two
 // attempts complete is held by the one that completed first (§6.1); inline
 // tokens of a turn whose attempt has not started are not kept, and are an
-// unstarted_tokens finding (§6.1, §8.2).
+// unstarted_tokens finding (§6.1, §8.2); every batch.sealed records the
+// run's effective configuration (§7.3), and the defaults are pinned per
+// version (testdata/golden/ruleset-vN.json).
 const RuleVersion = 3
 
 // The decision kinds the fold concludes.
