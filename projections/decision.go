@@ -22,7 +22,9 @@ import (
 // tokens of a turn whose attempt has not started are not kept, and are an
 // unstarted_tokens finding (§6.1, §8.2); every batch.sealed records the
 // run's effective configuration (§7.3), and the defaults are pinned per
-// version (testdata/golden/ruleset-vN.json).
+// version (testdata/golden/ruleset-vN.json); a record read from a
+// partition its run does not map to is not folded but a misrouted finding
+// (misrouted.go).
 const RuleVersion = 3
 
 // The decision kinds the fold concludes.
@@ -109,6 +111,7 @@ const (
 	FindingBatchDigestMismatch  = "batch_digest_mismatch" // (§8.1) gradient.applied naming a digest other than the sealed one
 	FindingUnknownBatch         = "unknown_batch"         // gradient.applied for a batch that was never sealed
 	FindingUnstartedTokens      = "unstarted_tokens"      // inline tokens of a turn whose attempt has not started; not kept
+	// FindingMisrouted (misrouted.go): (§8.1) a record read from a partition its run does not map to; not folded
 )
 
 // Finding is the data of an audit.finding. Kind and Detail are always set;

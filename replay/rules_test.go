@@ -92,3 +92,27 @@ func TestVerifyNamesAnotherRuleVersion(t *testing.T) {
 		t.Errorf("got %q, want %q", err, want)
 	}
 }
+
+// A misrouted finding the projector recorded about a record of the run in
+// another partition is no divergence: replay reads the run's partition and
+// folds what the projector folded; it counts the finding.
+func TestVerifyCountsMisroutedFindings(t *testing.T) {
+	m := planSource(t, simulate.Options{Seed: 3, Tasks: 8, Steps: 1, BatchGroups: 2, MaxTurns: 10}, "misrouted")
+	f := m.facts[1]
+	ev, err := events.Decode(f.Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := f.Record()
+	r.Partition, r.Offset = 6, 77
+	d, err := projections.Misrouted(ev, r, 5, 12)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.decisions = append(m.decisions, Recorded{Partition: 5, Offset: int64(len(m.decisions)), Value: d.Value})
+	rep := verify(t, m)
+	if !rep.OK() || rep.Misrouted != 1 || rep.Matched != rep.Recorded {
+		t.Errorf("got ok %v, misrouted %d, matched %d of %d, first %+v; want every decision matched and one misrouted finding counted",
+			rep.OK(), rep.Misrouted, rep.Matched, rep.Recorded, rep.First)
+	}
+}

@@ -65,6 +65,13 @@ type Report struct {
 	// which no head covers yet.
 	HeadsChecked int    `json:"heads_checked"`
 	Uncommitted  uint64 `json:"uncommitted"`
+	// Misrouted counts the recorded misrouted findings: records naming
+	// the run that the projector read from a partition the run does not
+	// map to and did not fold (docs/design.md §8.1). Replay reads only the
+	// run's partition, so it folds none of them either; the findings are
+	// named by the records' positions and take no part in the run's
+	// numbered decisions.
+	Misrouted int `json:"misrouted,omitempty"`
 
 	// Divergences counts the decisions that differ, are missing from the
 	// record, or were recorded but not reproduced; First is the earliest,
@@ -149,6 +156,10 @@ func Verify(ctx context.Context, src Source, o VerifyOptions) (*Report, error) {
 		}
 		if d.RuleVersion != projections.RuleVersion {
 			return &RuleVersionError{Run: rep.Run, Decision: d.ID, Recorded: d.RuleVersion}
+		}
+		if d.Type == projections.KindAuditFinding && d.Fact.Seq == 0 && d.ID == events.MisroutedID(rep.Run, d.Fact.Partition, d.Fact.Offset) {
+			rep.Misrouted++
+			return nil
 		}
 		if d.Config != nil && (config == nil || d.Seq < configSeq) {
 			config, configSeq = d.Config, d.Seq
