@@ -62,8 +62,14 @@ func DefaultConfig() Config {
 }
 
 // Resolve applies the defaults to every field the run left out.
-func (rc RunConfig) Resolve() Config {
-	c := DefaultConfig()
+func (rc RunConfig) Resolve() Config { return rc.ResolveOnto(DefaultConfig()) }
+
+// ResolveOnto applies the fields the run set onto base: the configuration
+// of a run whose left-out fields take base's values. Replay resolves a run
+// onto the configuration its decisions recorded, so a later build's
+// defaults cannot change an old run.
+func (rc RunConfig) ResolveOnto(base Config) Config {
+	c := base
 	if rc.GroupSize != nil {
 		c.GroupSize = *rc.GroupSize
 	}

@@ -23,3 +23,12 @@ func DecisionID(run string, kind Type, seq uint64) string {
 	name := run + "\x00" + string(kind) + "\x00" + strconv.FormatUint(seq, 10)
 	return uuid.NewSHA1(decisionNamespace, []byte(name)).String()
 }
+
+// MisroutedID is the deterministic UUIDv5 of the misrouted finding about the
+// record at partition and offset of a run's facts topic: a finding that no
+// fold numbers, named by the position of the record it is about (four
+// NUL-separated parts, so it never equals a DecisionID).
+func MisroutedID(run string, partition int32, offset int64) string {
+	name := run + "\x00audit.finding\x00misrouted\x00" + strconv.FormatInt(int64(partition), 10) + ":" + strconv.FormatInt(offset, 10)
+	return uuid.NewSHA1(decisionNamespace, []byte(name)).String()
+}

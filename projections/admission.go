@@ -2,8 +2,11 @@ package projections
 
 // Admission (docs/design.md §6.6, rule 6).
 //
-// A probe group counts toward its task when it completes: its included
-// attempts (one rewarded attempt per filled slot) are the task's probes,
+// Admission is decided at the completion of probe groups, over all attempts
+// of the task's completed probe groups, at the first point where they
+// number at least min_probes. A probe group counts toward its task when it
+// completes: its included attempts (the holder of each complete slot, also
+// when a close left it with none) are the task's probes,
 // those that passed its passes — also when it was closed with fewer than
 // min_group of them, or all of them scored alike: those are verdicts on the
 // task like any other. Counting whole completed groups, rather

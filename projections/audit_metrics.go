@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/google/uuid"
+
 	"github.com/rolloutledger/rolloutledger/events"
 )
 
@@ -53,6 +55,12 @@ type Audit struct {
 	staleness map[int64]int
 	drops     map[string]int
 	findings  map[string]int
+	// seen holds the event id of every fact observed, as the fold's dedup
+	// index does (docs/design.md §5.4): a record repeating an id is counted
+	// as a fact and otherwise ignored, so a redelivered reward is one.
+	seen map[[16]byte]struct{}
+	// seenOther holds ids that are not UUIDs (the fold's own tests).
+	seenOther map[string]struct{}
 
 	// turnTokens keeps the completion tokens of each turn of attempts whose
 	// group is not in a batch yet; groupAttempts the attempts of each train
@@ -72,7 +80,8 @@ type AuditReport struct {
 	// audit hashes nothing, so a caller that folds the facts sets the
 	// final head.
 	Tree TreeHead `json:"tree"`
-	// FactsByType counts records by fact type, in catalogue order.
+	// FactsByType counts facts by type, in catalogue order; a record
+	// repeating an earlier fact's event id is not counted again.
 	FactsByType []TypeCount `json:"facts_by_type"`
 	Undecodable int         `json:"undecodable"`
 
@@ -250,6 +259,7 @@ func NewAudit(run string) *Audit {
 		steps: map[uint64]*StepAudit{}, gradients: map[uint64]*events.GradientApplied{},
 		tools: map[string]*ToolStats{}, forkMS: map[int64]int{}, staleness: map[int64]int{},
 		drops: map[string]int{}, findings: map[string]int{},
+		seen: map[[16]byte]struct{}{}, seenOther: map[string]struct{}{},
 		turnTokens: map[string]map[int64]int64{}, groupAttempts: map[string][]string{},
 		attemptGroup: map[string]string{}, purpose: map[string]string{},
 	}
@@ -275,6 +285,9 @@ func (a *Audit) Fact(r Record) {
 			a.r.Undecodable++
 			return
 		}
+	}
+	if a.repeated(ev.ID) {
+		return
 	}
 	if a.r.FactsByType == nil {
 		for _, t := range events.FactTypes() {
@@ -347,6 +360,23 @@ func (a *Audit) Fact(r Record) {
 			a.applyGradient(st, d)
 		}
 	}
+}
+
+// repeated records id and reports whether an earlier fact carried it.
+// UUIDs are kept as their 16 bytes: the index has one entry per fact.
+func (a *Audit) repeated(id string) bool {
+	if u, err := uuid.Parse(id); err == nil && len(id) == 36 {
+		if _, ok := a.seen[u]; ok {
+			return true
+		}
+		a.seen[u] = struct{}{}
+		return false
+	}
+	if _, ok := a.seenOther[id]; ok {
+		return true
+	}
+	a.seenOther[id] = struct{}{}
+	return false
 }
 
 func (a *Audit) tool(d *events.ToolCalled) {

@@ -114,3 +114,30 @@ func TestViewState(t *testing.T) {
 		t.Error("no held turn payloads while g-1 collects tokens")
 	}
 }
+
+// A reward re-posted with its event id is one reward, in the audit as in the
+// fold: the report counts what the fold applied, not what was delivered.
+func TestAuditCountsRedeliveredFactsOnce(t *testing.T) {
+	b := newRun(t).start(openConfig()).task("t1")
+	b.group("g1", "t1", 2, events.PurposeTrain)
+	b.solved("g1/a", "g1", true, 4, 0)
+	b.solved("g1/b", "g1", false, 1, 0)
+	reward := b.evs[len(b.evs)-1]
+	finish := b.evs[len(b.evs)-2]
+	b.evs = append(b.evs, reward, reward, finish)
+	r := auditOf(t, b.records())
+	if r.Attempts.Rewarded != 2 || r.Attempts.Passed != 1 {
+		t.Errorf("got %d rewarded, %d passed; want 2 and 1 after two re-posts of a reward", r.Attempts.Rewarded, r.Attempts.Passed)
+	}
+	if got := r.Attempts.Finished.Get(events.OutcomeSubmitted); got != 2 {
+		t.Errorf("got %d attempts finished, want 2 after a re-post of attempt.finished", got)
+	}
+	if r.Facts != uint64(len(b.evs)) {
+		t.Errorf("got %d facts, want every record counted: %d", r.Facts, len(b.evs))
+	}
+	for _, tc := range r.FactsByType {
+		if tc.Type == events.TypeRewardComputed && tc.N != 2 {
+			t.Errorf("got %d reward.computed facts, want 2", tc.N)
+		}
+	}
+}

@@ -26,7 +26,7 @@ import (
 
 // Reasons a completed train group is not used.
 const (
-	DropInfraLost  = "infra_lost"  // closed with fewer than min_group rewarded slots
+	DropInfraLost  = "infra_lost"  // closed with fewer than min_group complete slots
 	DropUnadmitted = "unadmitted"  // enforce_admission and the task not admitted at completion
 	DropZeroSignal = "zero_signal" // scores with population std <= 1e-6
 	DropFullyStale = "fully_stale" // no version segment of any turn would train in the batch it would enter
@@ -38,6 +38,10 @@ type Manifest struct {
 	Seq            uint64 `json:"seq"`
 	TrainerVersion uint64 `json:"trainer_version"`
 	RuleVersion    int    `json:"rule_version"`
+	// Config is the run's effective configuration at the seal, every
+	// default applied: with RuleVersion, the rule set the batch was made
+	// under (docs/design.md §7.3).
+	Config events.Config `json:"config"`
 	// Watermark is the position of the fact that completed the batch's
 	// last group: the fact that sealed it.
 	Watermark LogPosition `json:"watermark"`
@@ -321,6 +325,10 @@ func judge(m *member, s *scored, k uint64, maxStaleness int) judged {
 // seal closes batch k = sealed+1 at the current record.
 func (c *applyCtx) seal() error {
 	k := c.h.sealed + 1
+	cfg, err := c.config()
+	if err != nil {
+		return err
+	}
 	entries := make([]openGroup, c.h.open)
 	for i := range entries {
 		b, ok, err := c.s.Get(openKey(uint64(i)))
@@ -349,7 +357,7 @@ func (c *applyCtx) seal() error {
 	}
 
 	m := Manifest{
-		Run: c.run, Seq: k, TrainerVersion: k - 1, RuleVersion: RuleVersion,
+		Run: c.run, Seq: k, TrainerVersion: k - 1, RuleVersion: RuleVersion, Config: cfg,
 		Watermark: LogPosition{Partition: c.pos.Partition, Offset: c.pos.Offset},
 		Tree:      c.tree.Head(),
 		Groups:    make([]BatchGroup, len(entries)),

@@ -14,7 +14,18 @@ import (
 // Version 2: staleness, masks and stats per version segment of a turn
 // (partly trained turns, trained_tokens and masked_tokens), and the batch
 // digest over the samples' canonical binary form.
-const RuleVersion = 2
+//
+// Version 3: RLOO's mean of the others is an ordered sum (§6.5); a
+// group.closed completes its group at the close's own position with the
+// slots complete there, never waiting for an owed verdict, and a slot two
+// attempts complete is held by the one that completed first (§6.1); inline
+// tokens of a turn whose attempt has not started are not kept, and are an
+// unstarted_tokens finding (§6.1, §8.2); every batch.sealed records the
+// run's effective configuration (§7.3), and the defaults are pinned per
+// version (testdata/golden/ruleset-vN.json); a record read from a
+// partition its run does not map to is not folded but a misrouted finding
+// (misrouted.go).
+const RuleVersion = 3
 
 // The decision kinds the fold concludes.
 const (
@@ -99,6 +110,8 @@ const (
 	FindingVersionJump          = "version_jump"          // (§8.1) a turn with a lower policy version than an earlier turn
 	FindingBatchDigestMismatch  = "batch_digest_mismatch" // (§8.1) gradient.applied naming a digest other than the sealed one
 	FindingUnknownBatch         = "unknown_batch"         // gradient.applied for a batch that was never sealed
+	FindingUnstartedTokens      = "unstarted_tokens"      // inline tokens of a turn whose attempt has not started; not kept
+	// FindingMisrouted (misrouted.go): (§8.1) a record read from a partition its run does not map to; not folded
 )
 
 // Finding is the data of an audit.finding. Kind and Detail are always set;

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+
+	"github.com/rolloutledger/rolloutledger/events"
 )
 
 func sameDecisions(t *testing.T, what string, got, want []Decision) {
@@ -125,5 +127,36 @@ func TestStateIsReleased(t *testing.T) {
 				t.Errorf("key %q is still held after every batch was sealed", k)
 			}
 		}
+	}
+}
+
+// Tokens no sample can use leave the Store by a rule of the fold, so replay
+// drops exactly what the projector dropped (docs/design.md §6.1): a closed
+// group whose verifier never answered releases its attempts' tokens at the
+// close, and tokens sent for an attempt that never starts are never kept.
+func TestOrphanedTokensAreReleased(t *testing.T) {
+	b := newRun(t).start(openConfig()).task("t1")
+	b.group("g1", "t1", 2, events.PurposeTrain)
+	b.attempt("g1/a", "g1", "").tokenTurn("g1/a", 0, 0, []int32{1}, []int32{2, 3}).finished("g1/a")
+	b.attempt("g1/b", "g1", "").tokenTurn("g1/b", 0, 0, nil, []int32{4}).finished("g1/b")
+	b.closed("g1")
+	b.tokenTurn("lost/a", 0, 0, []int32{5}, []int32{6, 7}) // its attempt.started never comes
+	f, s := NewFold(testRun), NewMemStore()
+	var ds []Decision
+	for _, rec := range b.records() {
+		out, err := f.Apply(s, rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, out...)
+	}
+	for _, k := range s.Keys() {
+		if bytes.HasPrefix(k, []byte(pfxTurn)) {
+			t.Errorf("key %q is still held: no sample can use it", k)
+		}
+	}
+	fs := findingsOf(t, ds)
+	if len(fs) != 1 || fs[0].Kind != FindingUnstartedTokens || fs[0].Attempt != "lost/a" {
+		t.Errorf("got findings %+v, want one unstarted_tokens about lost/a", fs)
 	}
 }

@@ -29,6 +29,7 @@ var ErrWrongRun = errors.New("projections: record of another run")
 type Fold struct {
 	run      string
 	override func(*events.Config)
+	recorded *events.Config
 	cache    treeCache
 }
 
@@ -43,10 +44,19 @@ type FoldOptions struct {
 	// settings. An adjusted configuration that fails validation is
 	// treated like an invalid run.started: a finding, and the defaults.
 	Config func(*events.Config)
+	// Recorded, when set, is the effective configuration the run's
+	// decisions recorded: run.started resolves onto it instead of this
+	// build's defaults, so replay folds an old run with what was recorded
+	// (docs/design.md §4.3). The fields run.started sets still win, so a
+	// recorded configuration that contradicts the run's own shows as a
+	// differing manifest.
+	Recorded *events.Config
 }
 
 // NewFoldWith returns the fold of run with options.
-func NewFoldWith(run string, o FoldOptions) *Fold { return &Fold{run: run, override: o.Config} }
+func NewFoldWith(run string, o FoldOptions) *Fold {
+	return &Fold{run: run, override: o.Config, recorded: o.Recorded}
+}
 
 // Run is the run the fold applies.
 func (f *Fold) Run() string { return f.run }
@@ -82,7 +92,7 @@ func (f *Fold) Apply(s Store, r Record) ([]Decision, error) {
 		}
 	}
 
-	c := &applyCtx{run: f.run, s: s, ev: ev, override: f.override, cache: &f.cache}
+	c := &applyCtx{run: f.run, s: s, ev: ev, override: f.override, recorded: f.recorded, cache: &f.cache}
 	if err := c.loadHeader(); err != nil {
 		return nil, err
 	}
@@ -137,8 +147,10 @@ type applyCtx struct {
 	out []Decision
 	// tree is the fact tree with this record appended.
 	tree *Tree
-	// override adjusts the run's config (see FoldOptions).
+	// override adjusts the run's config, recorded replaces the defaults
+	// run.started resolves onto (see FoldOptions).
 	override func(*events.Config)
+	recorded *events.Config
 	cache    *treeCache
 }
 
@@ -209,7 +221,11 @@ func (c *applyCtx) runStarted(d *events.RunStarted) error {
 			Detail: "the run already started; this run.started and its config are ignored"})
 	}
 	c.h.configured = true
-	cfg := d.Config.Resolve()
+	base := events.DefaultConfig()
+	if c.recorded != nil {
+		base = *c.recorded
+	}
+	cfg := d.Config.ResolveOnto(base)
 	if c.override != nil {
 		c.override(&cfg)
 	}

@@ -14,33 +14,33 @@ import (
 // one is stored where it belongs — a reward on its attempt even before the
 // attempt.started that names the attempt's group, an attempt on its group
 // even before group.started — and the group is evaluated again whenever one
-// of its inputs changes. It completes at the first record after which:
+// of its inputs changes.
 //
-//   - group.started is known and `size` slots are filled, a slot being the
-//     root of a retry_of chain among the group's attempts and filled when
-//     one of its attempts is both rewarded and finished (attempt.finished).
-//     The verifier's reward and the engine's facts come from different
-//     producers and may reach the log in either order; every turn of an
-//     attempt precedes its attempt.finished in the engine's own order, so
-//     waiting for both means a group never completes while its turns are
-//     still on their way, and where the verifier's reward lands among the
-//     engine's facts cannot change a decision; or
-//   - group.started and group.closed are known and no verdict is owed (the
-//     group then takes every rewarded slot, finished or not): no
-//     attempt of the group in an empty slot has finished (attempt.finished)
-//     without being rewarded or failed. A scheduler that closes a group
-//     after seeing the last reward may be appended before the verifier's
-//     reward; the group waits for it rather than calling it late. An
-//     attempt that never finished (its worker lost) is owed nothing, so a
-//     closed group cannot wait forever on it.
+// A slot is the root of a retry_of chain among the group's attempts. An
+// attempt is complete at the first position where it has both its
+// attempt.finished and a reward (whichever came later is its completing
+// fact); a slot is complete when one of its attempts is, and is held by the
+// attempt that completed first, by fold position. Every turn of an attempt
+// precedes its attempt.finished in the worker's own order, so a group never
+// completes while its turns are on their way, and where the verifier's
+// reward lands among the worker's facts cannot change a decision.
+//
+// The group completes at the first record after which group.started is
+// known and either `size` slots are complete, or group.closed is known: a
+// close completes the group at the close's own position with the slots
+// complete there, and never waits for a verdict still owed (the reward of an
+// attempt that finished before the close and is rewarded after it is late).
+// A closed group with fewer than min_group complete slots is infra_lost
+// when it is a train group (batch.go); a closed probe group counts the
+// slots it has.
 //
 // `size` is the group's own, from group.started; a size below 1 means the
 // run's group_size.
 //
-// At completion the group is frozen: its included attempts are the
-// representatives of its filled slots (the first attempt of each slot to be
-// rewarded, in log order), ordered by attempt id; its other attempts are
-// discarded; facts that arrive later about it or its attempts are findings.
+// At completion the group is frozen: its included attempts are the holders
+// of its complete slots, ordered by attempt id; its other attempts are
+// discarded with their tokens; facts that arrive later about it or its
+// attempts are findings.
 
 func (c *applyCtx) groupStarted(d *events.GroupStarted) error {
 	g, err := c.group(d.Group)
@@ -110,6 +110,15 @@ func (c *applyCtx) turnGenerated(d *events.TurnGenerated) error {
 	if len(d.VersionSegments) > 1 {
 		m.later = slices.Clone(d.VersionSegments[1:])
 	}
+	if m.payload && !a.started {
+		// The worker writes attempt.started before its turns, so only a
+		// producer out of its own order sends tokens for an attempt not
+		// started: nothing would ever delete them if it never starts.
+		m.payload = false
+		if err := c.unstartedTokens(d.Attempt, &a, d.Turn); err != nil {
+			return err
+		}
+	}
 	a.turns = slices.Insert(a.turns, i, m)
 	if m.payload {
 		p := payload{observation: d.ObservationTokenIDs, tokens: d.TokenIDs, logprobs: d.Logprobs}
@@ -151,6 +160,20 @@ func (c *applyCtx) late(attempt string, a *attemptState, what string) error {
 		Detail: what + " of attempt " + attempt + " arrived after group " + a.group + " completed; it and the attempt's later turns are ignored"})
 }
 
+// unstartedTokens reports, once per attempt, inline tokens that arrived
+// before the attempt's attempt.started. The fold keeps the turn but not its
+// tokens: an attempt that never starts would otherwise hold them forever,
+// and a rule that deleted them later would make the samples depend on how
+// long the attempt.started took (docs/design.md §6.1).
+func (c *applyCtx) unstartedTokens(attempt string, a *attemptState, turn int) error {
+	if a.unstarted {
+		return nil
+	}
+	a.unstarted = true
+	return c.finding(Finding{Kind: FindingUnstartedTokens, Event: c.ev.ID, Type: c.ev.Type, Attempt: attempt, Turns: []int64{int64(turn)},
+		Detail: fmt.Sprintf("turn %d of attempt %s carries inline tokens before the attempt started; the turn is kept without them, and so are the attempt's later turns until it starts", turn, attempt)})
+}
+
 // attemptSettled applies attempt.finished (failed false) or attempt.failed.
 func (c *applyCtx) attemptSettled(attempt string, failed bool) error {
 	a, err := c.attempt(attempt)
@@ -164,6 +187,9 @@ func (c *applyCtx) attemptSettled(attempt string, failed bool) error {
 		a.failed = true
 	} else {
 		a.finished = true
+		if a.rewarded {
+			a.completedSeq = c.pos.Seq
+		}
 	}
 	if err := c.putAttempt(attempt, &a); err != nil {
 		return err
@@ -184,7 +210,10 @@ func (c *applyCtx) rewardComputed(d *events.RewardComputed) error {
 			Detail: "reward for attempt " + d.Attempt + " arrived after group " + a.group + " completed; it changes nothing"})
 	}
 	a.rewarded, a.passed = true, d.Passed
-	a.testsPassed, a.testsTotal, a.rewardSeq = int64(d.TestsPassed), int64(d.TestsTotal), c.pos.Seq
+	a.testsPassed, a.testsTotal = int64(d.TestsPassed), int64(d.TestsTotal)
+	if a.finished {
+		a.completedSeq = c.pos.Seq
+	}
 	if err := c.putAttempt(d.Attempt, &a); err != nil {
 		return err
 	}
@@ -200,8 +229,8 @@ func (c *applyCtx) groupClosed(d *events.GroupClosed) error {
 		return c.duplicate(Finding{Group: d.Group}, "group "+d.Group+" was already closed")
 	}
 	if g.done {
-		// Completed with every slot filled before the scheduler gave up:
-		// nothing left to close.
+		// Completed with every slot complete before the scheduler gave
+		// up: nothing left to close.
 		return nil
 	}
 	g.closed = true
@@ -244,31 +273,15 @@ func (c *applyCtx) evaluate(id string, g *groupState) error {
 		members = append(members, member{id: m, a: a})
 	}
 	roots := slotRoots(members, index)
-	// representatives picks, per slot, the first attempt rewarded (in log
-	// order) among those that count.
-	representatives := func(needFinished bool) map[string]int {
-		rep := map[string]int{}
-		for i := range members {
-			a := &members[i].a
-			if !a.rewarded || needFinished && !a.finished {
-				continue
-			}
-			if j, ok := rep[roots[i]]; !ok || a.rewardSeq < members[j].a.rewardSeq {
-				rep[roots[i]] = i
-			}
-		}
-		return rep
-	}
-	rep := representatives(true)
-	// A verdict is owed to a finished attempt whose slot is still empty.
-	owed := false
-	anyRewarded := representatives(false)
+	// Each complete slot is held by its attempt that completed first.
+	rep := map[string]int{}
 	for i := range members {
 		a := &members[i].a
-		if !a.rewarded && a.finished && !a.failed {
-			if _, filled := anyRewarded[roots[i]]; !filled {
-				owed = true
-			}
+		if !a.rewarded || !a.finished {
+			continue
+		}
+		if j, ok := rep[roots[i]]; !ok || a.completedSeq < members[j].a.completedSeq {
+			rep[roots[i]] = i
 		}
 	}
 	size := g.size
@@ -281,11 +294,10 @@ func (c *applyCtx) evaluate(id string, g *groupState) error {
 	}
 	closedEarly := false
 	if int64(len(rep)) < size {
-		if !g.closed || owed {
+		if !g.closed {
 			return nil
 		}
-		rep = representatives(false)
-		closedEarly = int64(len(rep)) < size
+		closedEarly = true
 	}
 	included := make([]int, 0, len(rep))
 	for _, i := range rep {

@@ -13,14 +13,31 @@ import (
 
 // A run written by several producers: the scheduler, three engines, the
 // verifier and the trainer. The log the ledger sees is some interleaving of
-// their streams. docs/design.md §5.3 promises that any interleaving that keeps
-// each producer's order and the relative order of the group-completing
-// facts yields the same decisions, apart from the positions they quote.
+// their streams, and of other runs' streams. docs/design.md §5.3 promises
+// that any interleaving keeping what it lists yields the same decisions,
+// apart from the positions they quote; constraints states that list as
+// edges, and TestInterleavings folds hundreds of random interleavings of
+// two runs' facts that keep it.
 
 type producerRun struct {
 	b         *runBuilder
+	id        string // the run
 	canonical []events.Event
 	producer  []int // producer of each canonical event
+}
+
+func (r *producerRun) run() string { return r.id }
+
+// renamed is the same run under another run id, its events with other ids:
+// a second run whose producers write beside the first's.
+func (r *producerRun) renamed(run string) *producerRun {
+	out := &producerRun{b: r.b, id: run, producer: r.producer}
+	for _, ev := range r.canonical {
+		ev.Run = run
+		ev.ID = strings.Replace(ev.ID, "-7000-8000-", "-7000-9000-", 1)
+		out.canonical = append(out.canonical, ev)
+	}
+	return out
 }
 
 const (
@@ -61,7 +78,7 @@ type plannedAttempt struct {
 
 // buildProducerRun lays out the run in one causal order (the canonical log).
 func buildProducerRun(t testing.TB) *producerRun {
-	r := &producerRun{b: newRun(t)}
+	r := &producerRun{b: newRun(t), id: testRun}
 	sched := func(d events.Fact) events.Event { return r.emit(pScheduler, "scheduler", d) }
 	engine := 0
 	group := func(id, task, purpose string, size int, atts []plannedAttempt, closeAfter int) {
@@ -162,9 +179,13 @@ func buildProducerRun(t testing.TB) *producerRun {
 	g4 = append(g4, plannedAttempt{id: "g4/a3", versions: []int64{1}, compactAt: -1, failed: true})
 	g4 = append(g4, plannedAttempt{id: "g4/a4", retryOf: "g4/a3", versions: []int64{1}, compactAt: -1, noFinish: true, passed: true})
 	group("g4", "tA", events.PurposeTrain, 4, g4, 2)
-	group("g5", "tA", events.PurposeTrain, 4, simple("g5", []int64{1}, true, true, true, true), never)      // zero signal
-	group("g6", "tA", events.PurposeTrain, 4, simple("g6", []int64{0, 2}, true, false, false, true), never) // batch 2: staleness 1 and −1
-	group("e1", "tC", events.PurposeEval, 2, simple("e1", []int64{1}, true, false), never)                  // tC never registered
+	group("g5", "tA", events.PurposeTrain, 4, simple("g5", []int64{1}, true, true, true, true), never) // zero signal
+	// g6: batch 2, staleness 1 and −1; a slot whose attempt and its retry
+	// both complete, the attempt first: it holds the slot.
+	g6 := simple("g6", []int64{0, 2}, true, false, false, true)
+	g6 = slices.Insert(g6, 2, plannedAttempt{id: "g6/a1r", retryOf: "g6/a1", versions: []int64{0, 2}, compactAt: -1, passed: true})
+	group("g6", "tA", events.PurposeTrain, 4, g6, never)
+	group("e1", "tC", events.PurposeEval, 2, simple("e1", []int64{1}, true, false), never) // tC never registered
 	r.emit(pTrainer, "trainer", &events.PolicyPublished{Version: 2, Checkpoint: "ckpt-2", Digest: "sha256:02", Precision: "fp8"})
 	group("g7", "tA", events.PurposeTrain, 4, simple("g7", []int64{0}, true, false, true, false), never) // staleness 2 in batch 3: fully stale
 	g8 := simple("g8", []int64{2, 1, 2}, false, false, true, true)                                       // a version jump
@@ -228,17 +249,25 @@ func (r *producerRun) groupsOf() [][]string {
 }
 
 // constraints folds the canonical log and derives what every interleaving
-// must keep: each producer's order; the completing fact of every group
-// after the facts about the group that preceded it and before those that
-// followed it; the completing facts in their order; a group.closed on the
-// same side as before of the group's other facts (what it waits for is
-// what had been reported when it was written); run.started before every
-// completion; gradient.applied on the same side of the seal of its batch.
+// must keep (docs/design.md §5.3):
+//
+//   - each producer's own order;
+//   - the completing facts of all groups in their order, and run.started
+//     before every completion;
+//   - each fact about a group on its side of the group's completing fact,
+//     except an attempt.finished whose attempt has no reward before the
+//     completion, at it included: the attempt is not complete there either way, and a late
+//     attempt.finished changes nothing, so it moves freely against the
+//     completion — a group.closed included;
+//   - for two attempts of one slot both complete at the group's
+//     completion, the one that completed first completing first (both its
+//     facts before the other's completing fact);
+//   - each gradient.applied on its side of the seal of its batch.
 func (r *producerRun) constraints(t *testing.T) [][]int {
 	t.Helper()
 	recs := records(t, r.canonical)
 	about := r.groupsOf()
-	f, s := NewFold(testRun), NewMemStore()
+	f, s := NewFold(r.run()), NewMemStore()
 	completedAt := map[string]int{}
 	sealedAt := map[uint64]int{}
 	var completions []int
@@ -295,18 +324,35 @@ func (r *producerRun) constraints(t *testing.T) [][]int {
 	for i := 1; i < len(completions); i++ {
 		edge(completions[i-1], completions[i])
 	}
-	closedAt := map[string]int{}
+	// The first reward and attempt.finished of each attempt, and its slot.
+	rewardAt, finishedAt := map[string]int{}, map[string]int{}
+	group, retryOf := map[string]string{}, map[string]string{}
 	for i, ev := range r.canonical {
-		if d, ok := ev.Data.(*events.GroupClosed); ok {
-			closedAt[d.Group] = i
+		switch d := ev.Data.(type) {
+		case *events.RewardComputed:
+			if _, ok := rewardAt[d.Attempt]; !ok {
+				rewardAt[d.Attempt] = i
+			}
+		case *events.AttemptFinished:
+			if _, ok := finishedAt[d.Attempt]; !ok {
+				finishedAt[d.Attempt] = i
+			}
+		case *events.AttemptStarted:
+			group[d.Attempt], retryOf[d.Attempt] = d.Group, d.RetryOf
 		}
+	}
+	// rewardedBy says the attempt's reward is at or before position at.
+	rewardedBy := func(attempt string, at int) bool {
+		i, ok := rewardAt[attempt]
+		return ok && i <= at
 	}
 	for i, ev := range r.canonical {
 		for _, g := range about[i] {
-			edge(i, completedAt[g])
-			if z, ok := closedAt[g]; ok {
-				edge(i, z)
+			c := completedAt[g]
+			if d, ok := ev.Data.(*events.AttemptFinished); ok && i != c && !rewardedBy(d.Attempt, c) {
+				continue
 			}
+			edge(i, c)
 		}
 		switch d := ev.Data.(type) {
 		case *events.RunStarted:
@@ -318,6 +364,25 @@ func (r *producerRun) constraints(t *testing.T) [][]int {
 				edge(i, s)
 			}
 		}
+	}
+	// Two complete attempts of one slot: a retry and what it retries.
+	for a, orig := range retryOf {
+		if orig == "" || group[orig] != group[a] {
+			continue
+		}
+		c := completedAt[group[a]]
+		fa, okA := finishedAt[a]
+		fo, okO := finishedAt[orig]
+		if !okA || !okO || !rewardedBy(a, c) || !rewardedBy(orig, c) || max(fa, rewardAt[a]) > c || max(fo, rewardAt[orig]) > c {
+			continue
+		}
+		first, second := orig, a
+		if max(fa, rewardAt[a]) < max(fo, rewardAt[orig]) {
+			first, second = a, orig
+		}
+		done := max(finishedAt[second], rewardAt[second])
+		edge(finishedAt[first], done)
+		edge(rewardAt[first], done)
 	}
 	return after
 }
@@ -407,16 +472,89 @@ func positionFree(t testing.TB, ds []Decision) []string {
 }
 
 func TestInterleavings(t *testing.T) {
-	r := buildProducerRun(t)
-	after := r.constraints(t)
-	canonical := records(t, r.canonical)
-	want, err := FoldAll(testRun, canonical)
-	if err != nil {
-		t.Fatal(err)
+	r1 := buildProducerRun(t)
+	r2 := r1.renamed("run-2")
+	runs := []*producerRun{r1, r2}
+	// One log of both runs: run k's event i is node base[k]+i, and each
+	// run's producers are its own.
+	var after [][]int
+	var base []int
+	var canonical [][]Record
+	var wantFree [][]string
+	for _, r := range runs {
+		base = append(base, len(after))
+		for _, next := range r.constraints(t) {
+			shifted := make([]int, len(next))
+			for n, j := range next {
+				shifted[n] = base[len(base)-1] + j
+			}
+			after = append(after, shifted)
+		}
+		recs := records(t, r.canonical)
+		canonical = append(canonical, recs)
+		want, err := FoldAll(r.run(), recs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantFree = append(wantFree, positionFree(t, want))
+		if r == r1 {
+			checkCanonical(t, want)
+		}
 	}
-	wantFree := positionFree(t, want)
 
-	// The canonical run exercises what the interleavings must preserve.
+	seeds := uint64(300)
+	if testing.Short() {
+		seeds = 30
+	}
+	var moved exercised
+	for seed := range seeds {
+		order := interleave(after, rand.New(rand.NewPCG(seed, 0x1e4e)))
+		if len(order) != len(after) {
+			t.Fatalf("seed %d: the constraints have a cycle", seed)
+		}
+		// Each run's records in the order of the one log, at the
+		// offsets of that log; each run folded by its own fold, as the
+		// projector does.
+		evs := make([][]events.Event, len(runs))
+		recs := make([][]Record, len(runs))
+		for i, node := range order {
+			k := 0
+			for k+1 < len(base) && node >= base[k+1] {
+				k++
+			}
+			rec := canonical[k][node-base[k]]
+			rec.Offset = 1000 + 3*int64(i)
+			recs[k] = append(recs[k], rec)
+			evs[k] = append(evs[k], runs[k].canonical[node-base[k]])
+		}
+		moved.count(r1, evs[0])
+		for k, r := range runs {
+			got, err := FoldAll(r.run(), recs[k])
+			if err != nil {
+				t.Fatalf("seed %d: %v", seed, err)
+			}
+			if gotFree := positionFree(t, got); !slices.Equal(gotFree, wantFree[k]) {
+				t.Fatalf("seed %d, %s: decisions differ from the canonical log's\n%s", seed, r.run(), firstDiff(gotFree, wantFree[k]))
+			}
+		}
+	}
+	// The interleavings must actually move what the contract lets move.
+	for what, n := range map[string]int{
+		"a fact before its cause":                     moved.inversions,
+		"an attempt.finished across its group.closed": moved.finishedAcrossClose,
+		"a reward before its attempt's last turn":     moved.rewardBeforeLastTurn,
+		"two attempts finishing in the other order":   moved.finishOrder,
+	} {
+		if n == 0 {
+			t.Errorf("no interleaving moved %s", what)
+		}
+	}
+}
+
+// checkCanonical checks that the canonical run exercises what the
+// interleavings must preserve.
+func checkCanonical(t *testing.T, want []Decision) {
+	t.Helper()
 	counts := map[events.Type]int{}
 	for _, d := range want {
 		counts[d.Kind]++
@@ -430,9 +568,11 @@ func TestInterleavings(t *testing.T) {
 	}
 	slices.Sort(kinds)
 	wantKinds := []string{
-		FindingBatchDigestMismatch,           // gradient step 1
-		FindingConflictingDuplicate,          // the engine's second version of a turn
-		FindingLateReward, FindingLateReward, // g1's fifth attempt, g4's running attempt
+		FindingBatchDigestMismatch,  // gradient step 1
+		FindingConflictingDuplicate, // the engine's second version of a turn
+		// g1's fifth attempt; g4's attempt rewarded after the close, and
+		// its attempt still running at the close.
+		FindingLateReward, FindingLateReward, FindingLateReward,
 		FindingUnknownBatch,                                // gradient step 2 names batch 9
 		FindingUnknownEntity,                               // e1's task tC
 		FindingNegativeStaleness, FindingNegativeStaleness, // g6: every attempt's turn 1 is at version 2 in batch 2
@@ -444,36 +584,66 @@ func TestInterleavings(t *testing.T) {
 	if !slices.Equal(kinds, wantKinds) {
 		t.Fatalf("canonical findings: got %v, want %v", kinds, wantKinds)
 	}
+}
 
-	seeds := uint64(300)
-	if testing.Short() {
-		seeds = 30
+// exercised counts, over interleavings, the moves the contract allows.
+type exercised struct {
+	inversions           int // causalInversions
+	finishedAcrossClose  int // attempt.finished on the other side of its group's close than in the canonical log
+	rewardBeforeLastTurn int // a reward logged before its attempt's last turn
+	finishOrder          int // two attempt.finished in the other order
+}
+
+func (x *exercised) count(r *producerRun, evs []events.Event) {
+	x.inversions += causalInversions(evs)
+	side := func(log []events.Event) map[string]bool { // attempt → finished before its group's close
+		group, closed := map[string]string{}, map[string]bool{}
+		out := map[string]bool{}
+		for _, ev := range log {
+			switch d := ev.Data.(type) {
+			case *events.AttemptStarted:
+				group[d.Attempt] = d.Group
+			case *events.GroupClosed:
+				closed[d.Group] = true
+			case *events.AttemptFinished:
+				out[d.Attempt] = !closed[group[d.Attempt]]
+			}
+		}
+		return out
 	}
-	outOfOrder := 0
-	for seed := range seeds {
-		order := interleave(after, rand.New(rand.NewPCG(seed, 0x1e4e)))
-		if len(order) != len(r.canonical) {
-			t.Fatalf("seed %d: the constraints have a cycle", seed)
-		}
-		evs := make([]events.Event, len(order))
-		recs := make([]Record, len(order))
-		for i, j := range order {
-			evs[i] = r.canonical[j]
-			recs[i] = canonical[j]
-			recs[i].Offset = 1000 + 3*int64(i)
-		}
-		outOfOrder += causalInversions(evs)
-		got, err := FoldAll(testRun, recs)
-		if err != nil {
-			t.Fatalf("seed %d: %v", seed, err)
-		}
-		if gotFree := positionFree(t, got); !slices.Equal(gotFree, wantFree) {
-			t.Fatalf("seed %d: decisions differ from the canonical log's\n%s", seed, firstDiff(gotFree, wantFree))
+	want, got := side(r.canonical), side(evs)
+	for a, before := range want {
+		if got[a] != before {
+			x.finishedAcrossClose++
 		}
 	}
-	// The interleavings must actually exercise out-of-order arrival.
-	if outOfOrder == 0 {
-		t.Error("no interleaving delivered a fact before its cause")
+	lastTurn, rewarded := map[string]int{}, map[string]int{}
+	var finishes []string
+	for i, ev := range evs {
+		switch d := ev.Data.(type) {
+		case *events.TurnGenerated:
+			lastTurn[d.Attempt] = i
+		case *events.RewardComputed:
+			if _, ok := rewarded[d.Attempt]; !ok {
+				rewarded[d.Attempt] = i
+			}
+		case *events.AttemptFinished:
+			finishes = append(finishes, d.Attempt)
+		}
+	}
+	for a, i := range rewarded {
+		if l, ok := lastTurn[a]; ok && i < l {
+			x.rewardBeforeLastTurn++
+		}
+	}
+	var canonicalFinishes []string
+	for _, ev := range r.canonical {
+		if d, ok := ev.Data.(*events.AttemptFinished); ok {
+			canonicalFinishes = append(canonicalFinishes, d.Attempt)
+		}
+	}
+	if !slices.Equal(finishes, canonicalFinishes) {
+		x.finishOrder++
 	}
 }
 

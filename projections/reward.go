@@ -102,10 +102,6 @@ func advantages(atts []scored, estimator string) {
 	}
 	mean, std := meanStd(rewards)
 	n := float64(len(atts))
-	var sum float64
-	for _, r := range rewards {
-		sum += r
-	}
 	for i := range atts {
 		r := rewards[i]
 		switch estimator {
@@ -116,10 +112,22 @@ func advantages(atts []scored, estimator string) {
 				atts[i].advantage = 0
 				continue
 			}
-			// The mean of the others, from the same ordered sum.
-			atts[i].advantage = r - (sum-r)/(n-1)
+			atts[i].advantage = r - othersSum(rewards, i)/(n-1)
 		default: // events.AdvantageGRPO
 			atts[i].advantage = r - mean
 		}
 	}
+}
+
+// othersSum is the sum of xs without xs[skip], in order: the mean of the
+// others is an ordered sum like every other sum, not the group's total less
+// one reward, whose rounding would depend on the reward subtracted.
+func othersSum(xs []float64, skip int) float64 {
+	var sum float64
+	for j, x := range xs {
+		if j != skip {
+			sum += x
+		}
+	}
+	return sum
 }

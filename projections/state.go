@@ -219,16 +219,20 @@ type attemptState struct {
 	// testsPassed and testsTotal are the verifier's counts.
 	testsPassed int64
 	testsTotal  int64
-	// rewardSeq is the fact sequence number of the reward, which orders
-	// two rewarded attempts of one slot.
-	rewardSeq uint64
-	finished  bool // attempt.finished applied
-	failed    bool // attempt.failed applied
+	// completedSeq is the fact sequence number at which the attempt had
+	// both its attempt.finished and its reward (0 before): the attempt
+	// that completed first holds a slot two attempts complete.
+	completedSeq uint64
+	finished     bool // attempt.finished applied
+	failed       bool // attempt.failed applied
 	// done says the attempt's group completed: the attempt is frozen and
 	// later facts about it are late.
 	done bool
 	// late says a late fact about the attempt was reported.
 	late bool
+	// unstarted says inline tokens sent before the attempt started were
+	// reported (and not kept).
+	unstarted bool
 	// turns are sorted by turn index, one entry per index.
 	turns []turnMeta
 	// compactions are the turn indices after which the context was
@@ -244,6 +248,7 @@ const (
 	attFailed
 	attDone
 	attLate
+	attUnstarted
 )
 
 func (a *attemptState) encode() []byte {
@@ -262,13 +267,14 @@ func (a *attemptState) encode() []byte {
 	set(attFailed, a.failed)
 	set(attDone, a.done)
 	set(attLate, a.late)
+	set(attUnstarted, a.unstarted)
 	w.uvarint(flags)
 	w.str(a.group)
 	w.str(a.task)
 	w.str(a.retryOf)
 	w.varint(a.testsPassed)
 	w.varint(a.testsTotal)
-	w.uvarint(a.rewardSeq)
+	w.uvarint(a.completedSeq)
 	w.uvarint(uint64(len(a.turns)))
 	for _, t := range a.turns {
 		w.varint(t.turn)
@@ -306,10 +312,10 @@ func decodeAttempt(b []byte) (attemptState, error) {
 	a := attemptState{
 		started: flags&attStarted != 0, rewarded: flags&attRewarded != 0, passed: flags&attPassed != 0,
 		finished: flags&attFinished != 0, failed: flags&attFailed != 0, done: flags&attDone != 0,
-		late: flags&attLate != 0,
+		late: flags&attLate != 0, unstarted: flags&attUnstarted != 0,
 	}
 	a.group, a.task, a.retryOf = r.str(), r.str(), r.str()
-	a.testsPassed, a.testsTotal, a.rewardSeq = r.varint(), r.varint(), r.uvarint()
+	a.testsPassed, a.testsTotal, a.completedSeq = r.varint(), r.varint(), r.uvarint()
 	n := r.count()
 	if n > 0 {
 		a.turns = make([]turnMeta, 0, n)

@@ -19,6 +19,8 @@ type decisionInfo struct {
 	Seq uint64
 	// Head is the tree head a batch or checkpoint carries.
 	Head *projections.TreeHead
+	// Config is the effective configuration a batch recorded.
+	Config *events.Config
 }
 
 func parseRecorded(r Recorded) (decisionInfo, error) {
@@ -39,13 +41,14 @@ func parseRecorded(r Recorded) (decisionInfo, error) {
 	switch env.Type {
 	case projections.KindBatchSealed, projections.KindAuditCheckpoint:
 		var data struct {
-			Seq  uint64                `json:"seq"`
-			Tree *projections.TreeHead `json:"tree"`
+			Seq    uint64                `json:"seq"`
+			Tree   *projections.TreeHead `json:"tree"`
+			Config *events.Config        `json:"config"`
 		}
 		if err := json.Unmarshal(env.Data, &data); err != nil {
 			return d, fmt.Errorf("decision %s: %w", env.ID, err)
 		}
-		d.Seq, d.Head = data.Seq, data.Tree
+		d.Seq, d.Head, d.Config = data.Seq, data.Tree, data.Config
 		if env.Type == projections.KindAuditCheckpoint {
 			d.Seq = env.Fact.Seq / projections.CheckpointInterval
 		}

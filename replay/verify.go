@@ -17,6 +17,22 @@ import (
 // this build does not implement.
 var ErrRuleVersion = errors.New("replay: rule version not implemented by this build")
 
+// RuleVersionError says that a run's decisions were made under rules other
+// than this build's: not tampering, but a run to verify with a build of
+// its rule version. It matches [ErrRuleVersion] with errors.Is.
+type RuleVersionError struct {
+	Run      string
+	Decision string // the first recorded decision of another version
+	Recorded int    // the rule version it names
+}
+
+func (e *RuleVersionError) Error() string {
+	return fmt.Sprintf("run folded under rules v%d; this build implements v%d", e.Recorded, projections.RuleVersion)
+}
+
+// Is makes errors.Is(err, ErrRuleVersion) hold.
+func (e *RuleVersionError) Is(target error) bool { return target == ErrRuleVersion }
+
 // VerifyOptions tune [Verify].
 type VerifyOptions struct {
 	// OnFact, when set, is called after each fact is folded: progress.
@@ -49,6 +65,13 @@ type Report struct {
 	// which no head covers yet.
 	HeadsChecked int    `json:"heads_checked"`
 	Uncommitted  uint64 `json:"uncommitted"`
+	// Misrouted counts the recorded misrouted findings: records naming
+	// the run that the projector read from a partition the run does not
+	// map to and did not fold (docs/design.md §8.1). Replay reads only the
+	// run's partition, so it folds none of them either; the findings are
+	// named by the records' positions and take no part in the run's
+	// numbered decisions.
+	Misrouted int `json:"misrouted,omitempty"`
 
 	// Divergences counts the decisions that differ, are missing from the
 	// record, or were recorded but not reproduced; First is the earliest,
@@ -122,6 +145,9 @@ func Verify(ctx context.Context, src Source, o VerifyOptions) (*Report, error) {
 	recorded := map[string]*recordedEntry{}
 	var order []string // recorded ids, in the order recorded
 	var heads []RecordedHead
+	// The configuration the run's first recorded batch was made under.
+	var config *events.Config
+	var configSeq uint64
 	err := src.Decisions(ctx, func(r Recorded) error {
 		rep.RecordedRecords++
 		d, err := parseRecorded(r)
@@ -129,8 +155,14 @@ func Verify(ctx context.Context, src Source, o VerifyOptions) (*Report, error) {
 			return fmt.Errorf("replay: %w", err)
 		}
 		if d.RuleVersion != projections.RuleVersion {
-			return fmt.Errorf("%w: decision %s of run %s was made under rule version %d; this build implements %d",
-				ErrRuleVersion, d.ID, rep.Run, d.RuleVersion, projections.RuleVersion)
+			return &RuleVersionError{Run: rep.Run, Decision: d.ID, Recorded: d.RuleVersion}
+		}
+		if d.Type == projections.KindAuditFinding && d.Fact.Seq == 0 && d.ID == events.MisroutedID(rep.Run, d.Fact.Partition, d.Fact.Offset) {
+			rep.Misrouted++
+			return nil
+		}
+		if d.Config != nil && (config == nil || d.Seq < configSeq) {
+			config, configSeq = d.Config, d.Seq
 		}
 		sum := sha256.Sum256(r.Value)
 		if e, ok := recorded[d.ID]; ok {
@@ -157,7 +189,9 @@ func Verify(ctx context.Context, src Source, o VerifyOptions) (*Report, error) {
 	var firstDiffers *Divergence
 	var firstRecomputed []byte
 	maxSeq := map[events.Type]uint64{}
-	fold, store := projections.NewFold(rep.Run), projections.NewMemStore()
+	// Fold with the configuration the run recorded, not this build's
+	// defaults (docs/design.md §4.3).
+	fold, store := projections.NewFoldWith(rep.Run, projections.FoldOptions{Recorded: config}), projections.NewMemStore()
 	err = factsOf(ctx, src, func(f Fact) error {
 		ds, err := fold.Apply(store, f.Record())
 		if err != nil {

@@ -76,6 +76,10 @@ type Projector struct {
 	out    *kafkalog.Writer
 	notify *broadcast
 	crash  func() // the commit point hook of CrashAfterEmits
+	// partitions is the facts topic's partition count, checked against
+	// the state's when Run starts; a record whose run maps to another
+	// partition than the one it was read from is misrouted.
+	partitions int
 }
 
 // Open opens (or creates) the projector's state.
@@ -140,6 +144,9 @@ const (
 // are folded into the Pebble state and committed with the partition's
 // next offset, in parallel with the other partitions'.
 func (p *Projector) Run(ctx context.Context) error {
+	if err := p.checkPartitions(ctx); err != nil {
+		return err
+	}
 	err := consumer.Run(ctx, store{p}, consumer.Options{
 		Kafka:        p.o.Kafka,
 		Topics:       []string{p.o.Kafka.FactsTopic()},
@@ -159,6 +166,47 @@ func (p *Projector) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("projector: %w", err)
 	}
+	return nil
+}
+
+// ErrPartitionCount is returned by [Projector.Run] when the facts topic's
+// partition count differs from the one the projector's state was built
+// with.
+var ErrPartitionCount = errors.New("projector: the facts topic's partition count changed")
+
+// checkPartitions reads the facts topic's partition count and holds it to
+// the count the state was built with, recording it on first use. A run's
+// facts are ordered within the partition its id maps to; with another
+// count runs map elsewhere, their new facts would be folded out of order
+// with their old ones (docs/design.md §11.2), so the projector refuses to
+// start rather than decide anything.
+func (p *Projector) checkPartitions(ctx context.Context) error {
+	topic := p.o.Kafka.FactsTopic()
+	ends, err := kafkalog.EndOffsets(ctx, p.o.Kafka, topic)
+	if err != nil {
+		return fmt.Errorf("projector: partitions of %s: %w", topic, err)
+	}
+	n := len(ends)
+	if n == 0 {
+		return fmt.Errorf("projector: topic %s has no partitions", topic)
+	}
+	key := append([]byte{nsPartitions}, topic...)
+	v, ok, err := get(p.db, key)
+	if err != nil {
+		return err
+	}
+	if ok {
+		if len(v) != 4 {
+			return fmt.Errorf("projector: the stored partition count of %s is %d bytes, want 4", topic, len(v))
+		}
+		if built := int(binary.BigEndian.Uint32(v)); built != n {
+			return fmt.Errorf("%w: %s has %d partitions, but the projector's state in %s was built with %d; "+
+				"runs would map to other partitions than their facts so far: refusing to fold", ErrPartitionCount, topic, n, p.o.Dir, built)
+		}
+	} else if err := p.db.Set(key, binary.BigEndian.AppendUint32(nil, uint32(n)), pebble.Sync); err != nil {
+		return fmt.Errorf("projector: record the partition count: %w", err)
+	}
+	p.partitions = n
 	return nil
 }
 
@@ -268,6 +316,17 @@ func (p *Projector) foldInto(b *pebble.Batch, folds map[string]*projections.Fold
 			// decode was written around it. It is skipped, not folded, and
 			// said loudly; replay reports it the same way.
 			p.log.Error("undecodable record skipped", "partition", m.Partition, "offset", m.Offset, "err", err)
+			continue
+		}
+		if want := kafkalog.PartitionOf([]byte(ev.Run), p.partitions); p.partitions > 0 && want != m.Partition {
+			// Not the run's partition: not folded, reported by position
+			// (projections.Misrouted), as replay reports it.
+			d, err := projections.Misrouted(ev, projections.Record{Value: m.Value, Event: ev, Partition: int32(m.Partition), Offset: m.Offset}, want, p.partitions)
+			if err != nil {
+				return nil, nil, err
+			}
+			p.log.Warn("misrouted fact not folded", "run", ev.Run, "partition", m.Partition, "offset", m.Offset, "run_partition", want)
+			decided, causes = append(decided, d), append(causes, i)
 			continue
 		}
 		f := folds[ev.Run]

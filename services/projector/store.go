@@ -16,6 +16,7 @@ import (
 //	m <run> 0x00 <seq:8>                 a batch's samples as NDJSON, as rule version 1 stored them (read only)
 //	b <run> 0x00 <seq:8>                 a sealed batch's manifest as served: the data of its batch.sealed
 //	r <run>                              run index: first-seen order (8 bytes)
+//	p <topic>                            the facts topic's partition count the state was built with (4 bytes, big endian)
 const (
 	nsOffset        = 'o'
 	nsState         = 's'
@@ -24,6 +25,7 @@ const (
 	nsLegacySamples = 'm'
 	nsManifest      = 'b'
 	nsRun           = 'r'
+	nsPartitions    = 'p'
 )
 
 // get copies a value out of Pebble, which only lends it until the closer

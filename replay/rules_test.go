@@ -1,0 +1,118 @@
+package replay
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
+	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/projections"
+)
+
+// A run recorded by a build whose defaults differ from this one's (here an
+// efficiency_weight the run left out, taken as 0.2) verifies: replay folds
+// with the configuration the run's batches recorded, not with today's
+// defaults (docs/design.md §4.3), and the recorded batches say what it was.
+func TestVerifyFoldsWithTheRecordedConfig(t *testing.T) {
+	const run = "recorded-config"
+	plan, err := simulate.Generate(smallRun, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := plan.All()
+	start := *evs[0].Data.(*events.RunStarted)
+	start.Config.EfficiencyWeight = nil
+	evs[0].Data = &start
+	old := start.Config.Resolve()
+	old.EfficiencyWeight = 0.2
+
+	m := &memSource{run: run}
+	fold, store := projections.NewFoldWith(run, projections.FoldOptions{Recorded: &old}), projections.NewMemStore()
+	today, todayStore := projections.NewFold(run), projections.NewMemStore()
+	differs := 0
+	for i, ev := range evs {
+		v, err := events.Encode(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := Fact{Seq: uint64(i + 1), Partition: 5, Offset: 100 + 2*int64(i), Value: v}
+		m.facts = append(m.facts, f)
+		ds, err := fold.Apply(store, f.Record())
+		if err != nil {
+			t.Fatal(err)
+		}
+		now, err := today.Apply(todayStore, f.Record())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j, d := range ds {
+			m.decisions = append(m.decisions, Recorded{Partition: 5, Offset: int64(len(m.decisions)), Value: d.Value})
+			if j >= len(now) || !bytes.Equal(now[j].Value, d.Value) {
+				differs++
+			}
+		}
+	}
+	if differs == 0 {
+		t.Fatal("the run folds the same under both defaults: the test cannot tell them apart")
+	}
+	ms := 0
+	for _, d := range m.decisions {
+		if bytes.Contains(d.Value, []byte(`"type":"batch.sealed"`)) {
+			ms++
+			if !bytes.Contains(d.Value, []byte(`"efficiency_weight":0.2`)) {
+				t.Fatalf("a recorded batch does not record the effective efficiency_weight 0.2: %.300s", d.Value)
+			}
+		}
+	}
+	if ms == 0 {
+		t.Fatal("the run sealed no batch")
+	}
+	rep := verify(t, m)
+	if !rep.OK() || rep.Matched != rep.Recorded {
+		t.Errorf("verify: matched %d of %d, first divergence %+v; want every decision reproduced with the recorded config", rep.Matched, rep.Recorded, rep.First)
+	}
+}
+
+// A run whose decisions name another rule version is not tampered with: it
+// was folded under other rules, and replay says exactly that.
+func TestVerifyNamesAnotherRuleVersion(t *testing.T) {
+	m := planSource(t, simulate.Options{Seed: 3, Tasks: 8, Steps: 1, BatchGroups: 2, MaxTurns: 10}, "old-rules")
+	now, old := projections.RuleVersion, projections.RuleVersion-1
+	for i, d := range m.decisions {
+		m.decisions[i].Value = bytes.Replace(d.Value, fmt.Appendf(nil, `"rule_version":%d,`, now), fmt.Appendf(nil, `"rule_version":%d,`, old), 1)
+	}
+	_, err := Verify(context.Background(), m, VerifyOptions{})
+	if !errors.Is(err, ErrRuleVersion) {
+		t.Fatalf("got %v, want ErrRuleVersion", err)
+	}
+	if want := fmt.Sprintf("run folded under rules v%d; this build implements v%d", old, now); err.Error() != want {
+		t.Errorf("got %q, want %q", err, want)
+	}
+}
+
+// A misrouted finding the projector recorded about a record of the run in
+// another partition is no divergence: replay reads the run's partition and
+// folds what the projector folded; it counts the finding.
+func TestVerifyCountsMisroutedFindings(t *testing.T) {
+	m := planSource(t, simulate.Options{Seed: 3, Tasks: 8, Steps: 1, BatchGroups: 2, MaxTurns: 10}, "misrouted")
+	f := m.facts[1]
+	ev, err := events.Decode(f.Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := f.Record()
+	r.Partition, r.Offset = 6, 77
+	d, err := projections.Misrouted(ev, r, 5, 12)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.decisions = append(m.decisions, Recorded{Partition: 5, Offset: int64(len(m.decisions)), Value: d.Value})
+	rep := verify(t, m)
+	if !rep.OK() || rep.Misrouted != 1 || rep.Matched != rep.Recorded {
+		t.Errorf("got ok %v, misrouted %d, matched %d of %d, first %+v; want every decision matched and one misrouted finding counted",
+			rep.OK(), rep.Misrouted, rep.Matched, rep.Recorded, rep.First)
+	}
+}
