@@ -77,12 +77,15 @@ type Turn struct {
 	Turn                                   int
 	PromptTokens, CompletionTokens, Cached int64
 	SegmentStarts, SegmentVersions         []int64
-	ObservationTokenIDs, TokenIDs          []int32
-	Logprobs                               []float32
-	Text                                   string
-	TextCut                                int64
-	Finish                                 string
-	LatencyMS                              int64
+	ObservationTokens, InlineTokens        int64
+	// ObservationTokenIDs, TokenIDs and Logprobs are kept only when
+	// Options.Tokens asks for them.
+	ObservationTokenIDs, TokenIDs []int32
+	Logprobs                      []float32
+	Text                          string
+	TextCut                       int64
+	Finish                        string
+	LatencyMS                     int64
 	// Batch is the seq of the batch that judged the turn, 0 for none;
 	// then Staleness (of its first segment), SegmentStaleness and Trained
 	// are the manifest's.
@@ -144,6 +147,9 @@ func (a *Attempt) CallsOf() []*ToolCall { return a.calls }
 type Options struct {
 	// OnFact, when set, is called after each fact is folded: progress.
 	OnFact func(replay.Fact)
+	// Tokens keeps each turn's token ids and log-probs (the trajectory
+	// formats carry them; the tables carry the samples' instead).
+	Tokens bool
 }
 
 // Build folds src's facts with the projection rules (the replay fold) and
@@ -213,8 +219,11 @@ func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 		case *events.TurnGenerated:
 			t := &Turn{Seq: f.Seq, Partition: f.Partition, Offset: f.Offset, Attempt: d.Attempt, Turn: d.Turn,
 				PromptTokens: d.PromptTokens, CompletionTokens: d.CompletionTokens, Cached: d.CachedTokens,
-				ObservationTokenIDs: d.ObservationTokenIDs, TokenIDs: d.TokenIDs, Logprobs: d.Logprobs,
+				ObservationTokens: int64(len(d.ObservationTokenIDs)), InlineTokens: int64(len(d.TokenIDs)),
 				Text: d.Text, TextCut: d.TextCut, Finish: d.Finish, LatencyMS: d.LatencyMS}
+			if o.Tokens {
+				t.ObservationTokenIDs, t.TokenIDs, t.Logprobs = d.ObservationTokenIDs, d.TokenIDs, d.Logprobs
+			}
 			for _, s := range d.VersionSegments {
 				t.SegmentStarts = append(t.SegmentStarts, s.Start)
 				t.SegmentVersions = append(t.SegmentVersions, s.PolicyVersion)

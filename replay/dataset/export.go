@@ -47,6 +47,7 @@ func Export(ctx context.Context, srcs []replay.Source, format, out string, o Opt
 	if len(srcs) == 0 {
 		return nil, errors.New("dataset: no run to export")
 	}
+	o.Tokens = format == FormatATIF
 	seen := map[string]bool{}
 	var runs []*Run
 	res := &Result{Format: format, Out: out}

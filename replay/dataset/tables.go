@@ -9,6 +9,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 
+	"github.com/rolloutledger/rolloutledger/events"
 	"github.com/rolloutledger/rolloutledger/projections"
 )
 
@@ -61,8 +62,8 @@ var turnColumns = []column[*Turn]{
 	i64Col("prompt_tokens", func(r *row[*Turn]) int64 { return r.r.PromptTokens }),
 	i64Col("completion_tokens", func(r *row[*Turn]) int64 { return r.r.CompletionTokens }),
 	i64Col("cached_tokens", func(r *row[*Turn]) int64 { return r.r.Cached }),
-	i64Col("observation_tokens", func(r *row[*Turn]) int64 { return int64(len(r.r.ObservationTokenIDs)) }),
-	i64Col("inline_tokens", func(r *row[*Turn]) int64 { return int64(len(r.r.TokenIDs)) }),
+	i64Col("observation_tokens", func(r *row[*Turn]) int64 { return r.r.ObservationTokens }),
+	i64Col("inline_tokens", func(r *row[*Turn]) int64 { return r.r.InlineTokens }),
 	strCol("finish", func(r *row[*Turn]) string { return r.r.Finish }),
 	i64Col("latency_ms", func(r *row[*Turn]) int64 { return r.r.LatencyMS }),
 	optStrCol("text", func(r *row[*Turn]) string { return r.r.Text }),
@@ -109,16 +110,20 @@ var batchColumns = []column[*Batch]{
 	strCol("staleness_histogram", func(r *row[*Batch]) string { return jsonOf(r.r.Manifest.Stats.StalenessHistogram) }),
 	strCol("in_flight", func(r *row[*Batch]) string { return jsonOf(r.r.Manifest.Stats.InFlight) }),
 	strCol("in_queue", func(r *row[*Batch]) string { return jsonOf(r.r.Manifest.Stats.InQueue) }),
-	optI64Col("gradient_step", func(r *row[*Batch]) (int64, bool) { return stepOf(r.r, func(s *gradient) int64 { return s.Step }) }),
-	optF64Col("loss", func(r *row[*Batch]) (float64, bool) { return stepF(r.r, func(s *gradient) float64 { return s.Loss }) }),
+	optI64Col("gradient_step", func(r *row[*Batch]) (int64, bool) {
+		return stepOf(r.r, func(s *events.GradientApplied) int64 { return s.Step })
+	}),
+	optF64Col("loss", func(r *row[*Batch]) (float64, bool) {
+		return stepOf(r.r, func(s *events.GradientApplied) float64 { return s.Loss })
+	}),
 	optI64Col("reported_trained_tokens", func(r *row[*Batch]) (int64, bool) {
-		return stepOf(r.r, func(s *gradient) int64 { return s.TrainedTokens })
+		return stepOf(r.r, func(s *events.GradientApplied) int64 { return s.TrainedTokens })
 	}),
 	optF64Col("truncated_fraction", func(r *row[*Batch]) (float64, bool) {
-		return stepF(r.r, func(s *gradient) float64 { return s.TruncatedFraction })
+		return stepOf(r.r, func(s *events.GradientApplied) float64 { return s.TruncatedFraction })
 	}),
 	optF64Col("grad_norm", func(r *row[*Batch]) (float64, bool) {
-		return stepF(r.r, func(s *gradient) float64 { return s.GradNorm })
+		return stepOf(r.r, func(s *events.GradientApplied) float64 { return s.GradNorm })
 	}),
 	optBoolCol("digest_matches", func(r *row[*Batch]) (bool, bool) {
 		return r.r.Step != nil && r.r.Step.BatchDigest == r.r.Manifest.Digest, r.r.Step != nil
@@ -197,33 +202,14 @@ var sampleColumns = []column[*sampleRow]{
 	}},
 }
 
-type gradient = struct {
-	Step, TrainedTokens               int64
-	Loss, TruncatedFraction, GradNorm float64
-}
-
-func gradientOf(b *Batch) (*gradient, bool) {
+// stepOf reads a value of the gradient step that consumed b; ok is false
+// when no step reported it.
+func stepOf[T any](b *Batch, get func(*events.GradientApplied) T) (T, bool) {
 	if b.Step == nil {
-		return nil, false
+		var zero T
+		return zero, false
 	}
-	return &gradient{Step: b.Step.Step, TrainedTokens: b.Step.TrainedTokens, Loss: b.Step.Loss,
-		TruncatedFraction: b.Step.TruncatedFraction, GradNorm: b.Step.GradNorm}, true
-}
-
-func stepOf(b *Batch, get func(*gradient) int64) (int64, bool) {
-	g, ok := gradientOf(b)
-	if !ok {
-		return 0, false
-	}
-	return get(g), true
-}
-
-func stepF(b *Batch, get func(*gradient) float64) (float64, bool) {
-	g, ok := gradientOf(b)
-	if !ok {
-		return 0, false
-	}
-	return get(g), true
+	return get(b.Step), true
 }
 
 func first(v []int64) int64 {
