@@ -2,10 +2,11 @@ package dataset
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+
+	json "github.com/segmentio/encoding/json"
 
 	"github.com/rolloutledger/rolloutledger/events"
 	"github.com/rolloutledger/rolloutledger/projections"
@@ -173,7 +174,7 @@ func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 	seen := map[string]struct{}{}
 	batchOf := map[int64]*Batch{}
 	var steps []*events.GradientApplied
-	store, err := replay.Fold(ctx, src, func(f replay.Fact, ds []projections.Decision) error {
+	collect := func(f replay.Fact, ds []projections.Decision) error {
 		r.Facts = f.Seq
 		if err := r.decisions(f, ds, batchOf); err != nil {
 			return err
@@ -259,7 +260,8 @@ func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 			steps = append(steps, d)
 		}
 		return nil
-	})
+	}
+	store, err := foldInto(ctx, src, collect)
 	if err != nil {
 		return nil, err
 	}
@@ -281,6 +283,52 @@ func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 	}
 	r.join(attempts, purposes, turnAt)
 	return r, nil
+}
+
+// foldInto folds src and hands each fact and its decisions to collect on
+// another goroutine, in order: collecting rows costs a fraction of the
+// fold, and need not wait for it. An error of collect is returned once the
+// fold ends.
+func foldInto(ctx context.Context, src replay.Source, collect func(replay.Fact, []projections.Decision) error) (*projections.MemStore, error) {
+	type item struct {
+		f  replay.Fact
+		ds []projections.Decision
+	}
+	const batch = 512
+	ch := make(chan []item, 8)
+	done := make(chan error, 1)
+	go func() {
+		var err error
+		for items := range ch {
+			for _, it := range items {
+				if err == nil {
+					err = collect(it.f, it.ds)
+				}
+			}
+		}
+		done <- err
+	}()
+	buf := make([]item, 0, batch)
+	store, err := replay.Fold(ctx, src, func(f replay.Fact, ds []projections.Decision) error {
+		f.Value = nil // the rows are read from the decoded event
+		if buf = append(buf, item{f, ds}); len(buf) == batch {
+			select {
+			case ch <- buf:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			buf = make([]item, 0, batch)
+		}
+		return nil
+	})
+	if err == nil && len(buf) > 0 {
+		ch <- buf
+	}
+	close(ch)
+	if cerr := <-done; err == nil {
+		err = cerr
+	}
+	return store, err
 }
 
 // decisions keeps the batches the fold sealed at f.
