@@ -3,6 +3,7 @@ package dataset
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -276,4 +277,92 @@ func TestErrors(t *testing.T) {
 			t.Fatal("a Parquet export into a file: no error")
 		}
 	})
+}
+
+// TestSeveralRuns exports two runs into one dataset: each table holds the
+// rows of both, in the order given, and every file names both heads.
+func TestSeveralRuns(t *testing.T) {
+	o := simulate.Options{Seed: 3, Tasks: 6, Steps: 1, BatchGroups: 1, MaxTurns: 8, Tokens: true}
+	a, b := planSource(t, o, "runs-a", false), planSource(t, o, "runs-b", true)
+	ctx := context.Background()
+	both, err := Export(ctx, []replay.Source{a, b}, FormatParquet, filepath.Join(t.TempDir(), "both"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var one [2]*Result
+	for i, src := range []replay.Source{a, b} {
+		if one[i], err = Export(ctx, []replay.Source{src}, FormatParquet, filepath.Join(t.TempDir(), "one"), Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(both.Heads) != 2 || both.Heads[0] != one[0].Heads[0] || both.Heads[1] != one[1].Heads[0] {
+		t.Fatalf("heads %+v, want those of each run alone: %+v, %+v", both.Heads, one[0].Heads, one[1].Heads)
+	}
+	for i, f := range both.Files {
+		if want := one[0].Files[i].Rows + one[1].Files[i].Rows; f.Rows != want || f.Rows == 0 {
+			t.Errorf("%s: %d rows, want %d", f.Table, f.Rows, want)
+		}
+	}
+	line, err := Export(ctx, []replay.Source{a, b}, FormatMessages, filepath.Join(t.TempDir(), "m.jsonl"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := one[0].Files[0].Rows + one[1].Files[0].Rows; line.Files[0].Rows != want {
+		t.Errorf("messages: %d lines, want one per attempt of both runs, %d", line.Files[0].Rows, want)
+	}
+}
+
+// TestTextAndTokens: the chat and ATIF lines carry the version 2 facts'
+// prompt, text, tool input and output, and ATIF the turns' token ids and
+// log-probs.
+func TestTextAndTokens(t *testing.T) {
+	src := planSource(t, textRun, "text-1", true)
+	dir := t.TempDir()
+	msgs := exportTo(t, src, FormatMessages, filepath.Join(dir, "m.jsonl"))
+	atif := exportTo(t, src, FormatATIF, filepath.Join(dir, "a.jsonl"))
+	var chat struct {
+		Messages []struct {
+			Role, Content string
+			ToolCalls     []struct {
+				Function struct{ Name, Arguments string }
+			} `json:"tool_calls"`
+		}
+	}
+	first := func(res *Result) []byte {
+		b, err := os.ReadFile(res.Out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b[:bytes.IndexByte(b, '\n')]
+	}
+	if err := json.Unmarshal(first(msgs), &chat); err != nil {
+		t.Fatal(err)
+	}
+	m := chat.Messages
+	if len(m) < 3 || !strings.HasPrefix(m[0].Content, "Fix the failing test of ") || !strings.HasPrefix(m[1].Content, "turn 0 of ") {
+		t.Fatalf("messages %+v: want the task's prompt, then the first turn's text", m)
+	}
+	if len(m[1].ToolCalls) > 0 && (!strings.Contains(m[1].ToolCalls[0].Function.Arguments, "--call 0") || !strings.HasPrefix(m[2].Content, "exit ")) {
+		t.Errorf("first tool call %+v and result %q: want the input and the output", m[1].ToolCalls[0], m[2].Content)
+	}
+	var tr struct {
+		Steps []struct {
+			Message string
+			Metrics *struct {
+				CompletionTokens   int64     `json:"completion_tokens"`
+				CompletionTokenIDs []int32   `json:"completion_token_ids"`
+				Logprobs           []float32 `json:"logprobs"`
+			}
+		}
+	}
+	if err := json.Unmarshal(first(atif), &tr); err != nil {
+		t.Fatal(err)
+	}
+	if len(tr.Steps) < 2 || tr.Steps[1].Metrics == nil {
+		t.Fatalf("trajectory of %d steps: want the prompt, then a turn with metrics", len(tr.Steps))
+	}
+	s := tr.Steps[1].Metrics
+	if n := s.CompletionTokens; n == 0 || int64(len(s.CompletionTokenIDs)) != n || int64(len(s.Logprobs)) != n {
+		t.Errorf("first turn: %d completion tokens, %d ids, %d log-probs", n, len(s.CompletionTokenIDs), len(s.Logprobs))
+	}
 }
