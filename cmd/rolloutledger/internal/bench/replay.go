@@ -57,6 +57,7 @@ func replayFigures(ctx context.Context, e *env) ([]*Figure, error) {
 		Note: fmt.Sprintf("replay.Verify of a %d-fact simulated run (no inline tokens) from a %.0f MB archive: decode, re-fold, compare every decision and tree head", facts, float64(st.Size())/1e6)}
 	fromKafka := &Figure{Name: "replay verify from Kafka", Unit: "facts/s", Command: cmd,
 		Note: "the same run read back from its 1-partition facts topic and the decisions topic"}
+	export := exportFigure(cmd)
 	for i := range e.o.Runs {
 		e.log.Info("replay verify", "run", i+1, "facts", facts)
 		runtime.GC()
@@ -78,7 +79,11 @@ func replayFigures(ctx context.Context, e *env) ([]*Figure, error) {
 			return nil, err
 		}
 		fromKafka.Runs = append(fromKafka.Runs, v)
+		if err := timeExport(ctx, arch, dir, i, export); err != nil {
+			return nil, err
+		}
 	}
+	export.link = func(map[string]*Figure) { export.against(fromArchive, 0.5, ">= 50% of replay verify from an archive") }
 	fromArchive.link = func(map[string]*Figure) { fromArchive.goalAtLeast(500_000, ">= 500,000 facts/s") }
 	ff := &Figure{Name: "FireFlash-scale run (50 M facts), verify from an archive", Unit: "minutes", Command: cmd,
 		Note: "extrapolated: 50,000,000 facts / each run's archive rate above"}
@@ -88,7 +93,7 @@ func replayFigures(ctx context.Context, e *env) ([]*Figure, error) {
 		ff.Runs = append(ff.Runs, fireFlashFacts/fromArchive.Runs[i]/60)
 		ffk.Runs = append(ffk.Runs, fireFlashFacts/fromKafka.Runs[i]/60)
 	}
-	return []*Figure{fromArchive, fromKafka, ff, ffk}, nil
+	return []*Figure{fromArchive, fromKafka, export, ff, ffk}, nil
 }
 
 func timeVerify(ctx context.Context, src replay.Source) (float64, error) {

@@ -1,0 +1,53 @@
+package dataset
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
+	"github.com/rolloutledger/rolloutledger/replay"
+)
+
+// BenchmarkExport sets the Parquet export of an archived run (the replay
+// benchmark's shape) against replay.Verify of the same
+// archive: the export's goal is at least half verify's rate.
+//
+//	go test ./replay/dataset/ -run - -bench Export -benchtime 3x
+//
+// EXPORT_BENCH_STEPS sizes the run (about 5,000 facts a step; default 10).
+func BenchmarkExport(b *testing.B) {
+	steps := 10
+	if s, err := strconv.Atoi(os.Getenv("EXPORT_BENCH_STEPS")); err == nil && s > 0 {
+		steps = s
+	}
+	src := planSource(b, simulate.Options{Seed: 42, Tasks: 24, Steps: steps, BatchGroups: 4, MaxTurns: 80}, "bench-export", false)
+	arch := filepath.Join(b.TempDir(), "run.rla")
+	if _, err := replay.Export(context.Background(), src, arch, replay.ExportOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	a, err := replay.OpenArchive(arch)
+	if err != nil {
+		b.Fatal(err)
+	}
+	facts := float64(a.Manifest().Facts)
+	b.Run("verify", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := replay.Verify(context.Background(), a, replay.VerifyOptions{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(facts*float64(b.N)/b.Elapsed().Seconds(), "facts/s")
+	})
+	b.Run("parquet", func(b *testing.B) {
+		out := b.TempDir()
+		for b.Loop() {
+			if _, err := Export(context.Background(), []replay.Source{a}, FormatParquet, out, Options{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(facts*float64(b.N)/b.Elapsed().Seconds(), "facts/s")
+	})
+}

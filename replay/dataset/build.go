@@ -1,0 +1,406 @@
+package dataset
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	json "github.com/segmentio/encoding/json"
+
+	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/projections"
+	"github.com/rolloutledger/rolloutledger/replay"
+)
+
+// ErrNoFacts is returned for a source that holds no fact of its run.
+var ErrNoFacts = errors.New("dataset: the run has no facts")
+
+// Run is one run's history as tables: the rows every format is written
+// from, in a fixed order (attempts by their attempt.started, turns and tool
+// calls by their fact, batches and samples by seq), so the same history
+// gives the same rows.
+type Run struct {
+	Run    string
+	Source string
+	// Head is the fact tree's head after the last fact folded: the ledger
+	// head the export was taken from. Facts is its size.
+	Head  projections.TreeHead
+	Facts uint64
+	// Model, Harness and Notes are run.started's; Declared the
+	// configuration it declared and Config the effective one.
+	Model, Harness, Notes string
+	Declared              events.RunConfig
+	Config                events.Config
+	RuleVersion           int
+	// Decisions counts the decisions the fold concluded, by kind.
+	Decisions projections.DecisionCounts
+
+	Attempts  []*Attempt
+	Turns     []*Turn
+	ToolCalls []*ToolCall
+	Batches   []*Batch
+
+	tasks map[string]*task
+}
+
+// Attempt is one attempt.started with what the facts and the batch that
+// used it say about it.
+type Attempt struct {
+	Seq                        uint64 // of its attempt.started
+	Attempt, Group, Task       string
+	Engine, RetryOf            string
+	Purpose                    string // the group's, "" when no group.started
+	Outcome, FailureReason     string // attempt.finished's and attempt.failed's, "" when none
+	Rewarded, Passed           bool
+	TestsPassed, TestsTotal    int
+	Turns                      int
+	CompletionTokens           int64
+	PromptTokens, CachedTokens int64
+	// Batch is the seq of the batch that trained the attempt, 0 for none;
+	// then Score, Bonus, Reward, Advantage and TrainedShare (the share of
+	// its judged turns that train) are the manifest's.
+	Batch                                         uint64
+	Score, Bonus, Reward, Advantage, TrainedShare float64
+	// DropReason is the reason its train group was dropped, "" when not.
+	DropReason string
+
+	turns []*Turn
+	calls []*ToolCall
+}
+
+// Turn is one turn.generated, with its judgement in a batch.
+type Turn struct {
+	Seq                                    uint64
+	Partition                              int32
+	Offset                                 int64
+	Attempt                                string
+	Turn                                   int
+	PromptTokens, CompletionTokens, Cached int64
+	SegmentStarts, SegmentVersions         []int64
+	ObservationTokens, InlineTokens        int64
+	// ObservationTokenIDs, TokenIDs and Logprobs are kept only when
+	// Options.Tokens asks for them.
+	ObservationTokenIDs, TokenIDs []int32
+	Logprobs                      []float32
+	Text                          string
+	TextCut                       int64
+	Finish                        string
+	LatencyMS                     int64
+	// Batch is the seq of the batch that judged the turn, 0 for none;
+	// then Staleness (of its first segment), SegmentStaleness and Trained
+	// are the manifest's.
+	Batch            uint64
+	Staleness        int64
+	SegmentStaleness []int64
+	SegmentTrained   []bool
+	Trained          bool
+}
+
+// ToolCall is one tool.called.
+type ToolCall struct {
+	Seq                          uint64
+	Attempt                      string
+	Turn, Call                   int
+	Tool                         string
+	ExitCode                     int
+	DurationMS, OutputBytes      int64
+	ToFile, Background, TimedOut bool
+	Input, Output                string
+	InputCut, OutputCut          int64
+}
+
+// Batch is one batch.sealed decision, its samples, and the gradient step
+// that consumed it.
+type Batch struct {
+	Manifest projections.Manifest
+	// Fact is the position of the fact that sealed it.
+	Fact projections.FactPosition
+	// Samples is the batch's canonical binary samples (docs/design.md §7.4).
+	Samples []byte
+	// Step is the first gradient.applied reporting the batch, nil when
+	// none did.
+	Step *events.GradientApplied
+}
+
+type task struct {
+	prompt    string
+	promptCut int64
+	kind      string
+	source    string
+}
+
+// Prompt is the prompt of a task as registered ("" when not given) and the
+// bytes of it left out.
+func (r *Run) Prompt(taskID string) (string, int64) {
+	if t := r.tasks[taskID]; t != nil {
+		return t.prompt, t.promptCut
+	}
+	return "", 0
+}
+
+// TurnsOf is an attempt's turns by turn index (then log order), and
+// CallsOf its tool calls by turn and call.
+func (a *Attempt) TurnsOf() []*Turn     { return a.turns }
+func (a *Attempt) CallsOf() []*ToolCall { return a.calls }
+
+// Options tune [Build].
+type Options struct {
+	// OnFact, when set, is called after each fact is folded: progress.
+	OnFact func(replay.Fact)
+	// Tokens keeps each turn's token ids and log-probs (the trajectory
+	// formats carry them; the tables carry the samples' instead).
+	Tokens bool
+}
+
+// Build folds src's facts with the projection rules (the replay fold) and
+// collects its tables. Facts that do not decode, and facts whose id was
+// seen before (duplicates the fold ignores as well), give no row.
+func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
+	r := &Run{Run: src.Run(), Source: src.Describe(), RuleVersion: projections.RuleVersion, tasks: map[string]*task{}}
+	attempts := map[string]*Attempt{}
+	pending := map[string]*Attempt{} // mentioned before (or without) attempt.started
+	attemptOf := func(id string) *Attempt {
+		if a := attempts[id]; a != nil {
+			return a
+		}
+		if pending[id] == nil {
+			pending[id] = &Attempt{Attempt: id}
+		}
+		return pending[id]
+	}
+	purposes := map[string]string{}
+	turnAt := map[projections.LogPosition]*Turn{}
+	seen := map[string]struct{}{}
+	batchOf := map[int64]*Batch{}
+	var steps []*events.GradientApplied
+	collect := func(f replay.Fact, ds []projections.Decision) error {
+		r.Facts = f.Seq
+		if err := r.decisions(f, ds, batchOf); err != nil {
+			return err
+		}
+		defer func() {
+			if o.OnFact != nil {
+				o.OnFact(f)
+			}
+		}()
+		ev := f.Event
+		if ev.Type == "" {
+			return nil
+		}
+		if _, dup := seen[ev.ID]; dup {
+			return nil
+		}
+		seen[ev.ID] = struct{}{}
+		switch d := ev.Data.(type) {
+		case *events.RunStarted:
+			if r.Model == "" && r.Harness == "" {
+				r.Model, r.Harness, r.Notes, r.Declared = d.Model, d.Harness, d.Notes, d.Config
+			}
+		case *events.TaskRegistered:
+			if r.tasks[d.Task] == nil {
+				r.tasks[d.Task] = &task{prompt: d.Prompt, promptCut: d.PromptCut, kind: d.Kind, source: d.Source}
+			}
+		case *events.GroupStarted:
+			if _, ok := purposes[d.Group]; !ok {
+				purposes[d.Group] = d.Purpose
+			}
+		case *events.AttemptStarted:
+			if attempts[d.Attempt] != nil {
+				return nil
+			}
+			a := pending[d.Attempt]
+			if a == nil {
+				a = &Attempt{Attempt: d.Attempt}
+			}
+			delete(pending, d.Attempt)
+			a.Seq, a.Group, a.Task, a.Engine, a.RetryOf = f.Seq, d.Group, d.Task, d.Engine, d.RetryOf
+			attempts[d.Attempt] = a
+			r.Attempts = append(r.Attempts, a)
+		case *events.TurnGenerated:
+			t := &Turn{Seq: f.Seq, Partition: f.Partition, Offset: f.Offset, Attempt: d.Attempt, Turn: d.Turn,
+				PromptTokens: d.PromptTokens, CompletionTokens: d.CompletionTokens, Cached: d.CachedTokens,
+				ObservationTokens: int64(len(d.ObservationTokenIDs)), InlineTokens: int64(len(d.TokenIDs)),
+				Text: d.Text, TextCut: d.TextCut, Finish: d.Finish, LatencyMS: d.LatencyMS}
+			if o.Tokens {
+				t.ObservationTokenIDs, t.TokenIDs, t.Logprobs = d.ObservationTokenIDs, d.TokenIDs, d.Logprobs
+			}
+			for _, s := range d.VersionSegments {
+				t.SegmentStarts = append(t.SegmentStarts, s.Start)
+				t.SegmentVersions = append(t.SegmentVersions, s.PolicyVersion)
+			}
+			r.Turns = append(r.Turns, t)
+			turnAt[projections.LogPosition{Partition: f.Partition, Offset: f.Offset}] = t
+			a := attemptOf(d.Attempt)
+			a.turns = append(a.turns, t)
+			a.Turns++
+			a.CompletionTokens += d.CompletionTokens
+			a.PromptTokens += d.PromptTokens
+			a.CachedTokens += d.CachedTokens
+		case *events.ToolCalled:
+			c := &ToolCall{Seq: f.Seq, Attempt: d.Attempt, Turn: d.Turn, Call: d.Call, Tool: d.Tool, ExitCode: d.ExitCode,
+				DurationMS: d.DurationMS, OutputBytes: d.OutputBytes, ToFile: d.ToFile, Background: d.Background,
+				TimedOut: d.TimedOut, Input: d.Input, InputCut: d.InputCut, Output: d.Output, OutputCut: d.OutputCut}
+			r.ToolCalls = append(r.ToolCalls, c)
+			a := attemptOf(d.Attempt)
+			a.calls = append(a.calls, c)
+		case *events.AttemptFinished:
+			if a := attemptOf(d.Attempt); a.Outcome == "" {
+				a.Outcome = d.Outcome
+			}
+		case *events.AttemptFailed:
+			if a := attemptOf(d.Attempt); a.FailureReason == "" {
+				a.FailureReason = d.Reason
+			}
+		case *events.RewardComputed:
+			if a := attemptOf(d.Attempt); !a.Rewarded {
+				a.Rewarded, a.Passed, a.TestsPassed, a.TestsTotal = true, d.Passed, d.TestsPassed, d.TestsTotal
+			}
+		case *events.GradientApplied:
+			steps = append(steps, d)
+		}
+		return nil
+	}
+	store, err := foldInto(ctx, src, collect)
+	if err != nil {
+		return nil, err
+	}
+	if r.Facts == 0 {
+		return nil, fmt.Errorf("%w: %s holds none of run %s", ErrNoFacts, src.Describe(), src.Run())
+	}
+	if r.Head, err = projections.HeadOf(store); err != nil {
+		return nil, err
+	}
+	view, err := projections.ViewState(store)
+	if err != nil {
+		return nil, err
+	}
+	r.Config, r.Decisions = view.Config, view.Decisions
+	for _, g := range steps {
+		if b := batchOf[g.Batch]; b != nil && b.Step == nil {
+			b.Step = g
+		}
+	}
+	r.join(attempts, purposes, turnAt)
+	return r, nil
+}
+
+// foldInto folds src and hands each fact and its decisions to collect on
+// another goroutine, in order: collecting rows costs a fraction of the
+// fold, and need not wait for it. An error of collect is returned once the
+// fold ends.
+func foldInto(ctx context.Context, src replay.Source, collect func(replay.Fact, []projections.Decision) error) (*projections.MemStore, error) {
+	type item struct {
+		f  replay.Fact
+		ds []projections.Decision
+	}
+	const batch = 512
+	ch := make(chan []item, 8)
+	done := make(chan error, 1)
+	go func() {
+		var err error
+		for items := range ch {
+			for _, it := range items {
+				if err == nil {
+					err = collect(it.f, it.ds)
+				}
+			}
+		}
+		done <- err
+	}()
+	buf := make([]item, 0, batch)
+	store, err := replay.Fold(ctx, src, func(f replay.Fact, ds []projections.Decision) error {
+		f.Value = nil // the rows are read from the decoded event
+		if buf = append(buf, item{f, ds}); len(buf) == batch {
+			select {
+			case ch <- buf:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			buf = make([]item, 0, batch)
+		}
+		return nil
+	})
+	if err == nil && len(buf) > 0 {
+		ch <- buf
+	}
+	close(ch)
+	if cerr := <-done; err == nil {
+		err = cerr
+	}
+	return store, err
+}
+
+// decisions keeps the batches the fold sealed at f.
+func (r *Run) decisions(f replay.Fact, ds []projections.Decision, batchOf map[int64]*Batch) error {
+	for _, d := range ds {
+		if d.Kind != projections.KindBatchSealed {
+			continue
+		}
+		var env projections.Envelope
+		if err := json.Unmarshal(d.Value, &env); err != nil {
+			return fmt.Errorf("dataset: batch %d of run %s: %w", d.Seq, r.Run, err)
+		}
+		b := &Batch{Fact: env.Fact, Samples: d.Samples}
+		if err := json.Unmarshal(env.Data, &b.Manifest); err != nil {
+			return fmt.Errorf("dataset: manifest of batch %d of run %s: %w", d.Seq, r.Run, err)
+		}
+		r.Batches = append(r.Batches, b)
+		batchOf[int64(b.Manifest.Seq)] = b
+	}
+	return nil
+}
+
+// join puts what the batches concluded on the attempts and turns they
+// concern, and orders each attempt's turns and calls.
+func (r *Run) join(attempts map[string]*Attempt, purposes map[string]string, turnAt map[projections.LogPosition]*Turn) {
+	dropped := map[string]string{}
+	for _, b := range r.Batches {
+		m := &b.Manifest
+		for _, d := range m.Dropped {
+			dropped[d.Group] = d.Reason
+		}
+		for _, g := range m.Groups {
+			for _, ba := range g.Attempts {
+				a := attempts[ba.Attempt]
+				if a == nil {
+					continue
+				}
+				a.Batch, a.Score, a.Bonus, a.Reward, a.Advantage = m.Seq, ba.Score, ba.Bonus, ba.Reward, ba.Advantage
+				trained := 0
+				for _, bt := range ba.Turns {
+					if bt.Trained {
+						trained++
+					}
+					t := turnAt[projections.LogPosition{Partition: bt.Partition, Offset: bt.Offset}]
+					if t == nil {
+						continue
+					}
+					t.Batch, t.Staleness, t.Trained = m.Seq, bt.Staleness, bt.Trained
+					t.SegmentStaleness, t.SegmentTrained = t.SegmentStaleness[:0], t.SegmentTrained[:0]
+					if len(bt.Segments) == 0 {
+						t.SegmentStaleness, t.SegmentTrained = []int64{bt.Staleness}, []bool{bt.Trained}
+					}
+					for _, s := range bt.Segments {
+						t.SegmentStaleness = append(t.SegmentStaleness, s.Staleness)
+						t.SegmentTrained = append(t.SegmentTrained, s.Trained)
+					}
+				}
+				if len(ba.Turns) > 0 {
+					a.TrainedShare = float64(trained) / float64(len(ba.Turns))
+				}
+			}
+		}
+	}
+	for _, a := range r.Attempts {
+		a.Purpose = purposes[a.Group]
+		a.DropReason = dropped[a.Group]
+		slices.SortStableFunc(a.turns, func(x, y *Turn) int { return x.Turn - y.Turn })
+		slices.SortStableFunc(a.calls, func(x, y *ToolCall) int {
+			if x.Turn != y.Turn {
+				return x.Turn - y.Turn
+			}
+			return x.Call - y.Call
+		})
+	}
+}

@@ -1,0 +1,332 @@
+package dataset
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"iter"
+	"math"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+
+	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/projections"
+)
+
+// The columns of each table, documented in docs/analysts.md ("Exports").
+// A value the history does not give — the score of an attempt no batch
+// used, the staleness of a turn no batch judged — is null, never 0.
+
+var attemptColumns = []column[*Attempt]{
+	strCol("run", func(r *row[*Attempt]) string { return r.run.Run }),
+	u64Col("fact_seq", func(r *row[*Attempt]) uint64 { return r.r.Seq }),
+	strCol("task", func(r *row[*Attempt]) string { return r.r.Task }),
+	strCol("group", func(r *row[*Attempt]) string { return r.r.Group }),
+	strCol("attempt", func(r *row[*Attempt]) string { return r.r.Attempt }),
+	optStrCol("purpose", func(r *row[*Attempt]) string { return r.r.Purpose }),
+	strCol("engine", func(r *row[*Attempt]) string { return r.r.Engine }),
+	optStrCol("retry_of", func(r *row[*Attempt]) string { return r.r.RetryOf }),
+	optStrCol("outcome", func(r *row[*Attempt]) string { return r.r.Outcome }),
+	optStrCol("failure_reason", func(r *row[*Attempt]) string { return r.r.FailureReason }),
+	optBoolCol("passed", func(r *row[*Attempt]) (bool, bool) { return r.r.Passed, r.r.Rewarded }),
+	optI64Col("tests_passed", func(r *row[*Attempt]) (int64, bool) { return int64(r.r.TestsPassed), r.r.Rewarded }),
+	optI64Col("tests_total", func(r *row[*Attempt]) (int64, bool) { return int64(r.r.TestsTotal), r.r.Rewarded }),
+	optF64Col("score", func(r *row[*Attempt]) (float64, bool) { return r.r.Score, r.r.Batch > 0 }),
+	optF64Col("bonus", func(r *row[*Attempt]) (float64, bool) { return r.r.Bonus, r.r.Batch > 0 }),
+	optF64Col("reward", func(r *row[*Attempt]) (float64, bool) { return r.r.Reward, r.r.Batch > 0 }),
+	optF64Col("advantage", func(r *row[*Attempt]) (float64, bool) { return r.r.Advantage, r.r.Batch > 0 }),
+	i64Col("completion_tokens", func(r *row[*Attempt]) int64 { return r.r.CompletionTokens }),
+	i64Col("prompt_tokens", func(r *row[*Attempt]) int64 { return r.r.PromptTokens }),
+	i64Col("cached_tokens", func(r *row[*Attempt]) int64 { return r.r.CachedTokens }),
+	i64Col("turns", func(r *row[*Attempt]) int64 { return int64(r.r.Turns) }),
+	optI64Col("batch_seq", func(r *row[*Attempt]) (int64, bool) { return int64(r.r.Batch), r.r.Batch > 0 }),
+	optF64Col("trained_share", func(r *row[*Attempt]) (float64, bool) { return r.r.TrainedShare, r.r.Batch > 0 }),
+	optStrCol("drop_reason", func(r *row[*Attempt]) string { return r.r.DropReason }),
+}
+
+var turnColumns = []column[*Turn]{
+	strCol("run", func(r *row[*Turn]) string { return r.run.Run }),
+	u64Col("fact_seq", func(r *row[*Turn]) uint64 { return r.r.Seq }),
+	i64Col("log_partition", func(r *row[*Turn]) int64 { return int64(r.r.Partition) }),
+	i64Col("log_offset", func(r *row[*Turn]) int64 { return r.r.Offset }),
+	strCol("attempt", func(r *row[*Turn]) string { return r.r.Attempt }),
+	i64Col("turn", func(r *row[*Turn]) int64 { return int64(r.r.Turn) }),
+	i64Col("policy_version", func(r *row[*Turn]) int64 { return first(r.r.SegmentVersions) }),
+	listI64Col("segment_starts", func(r *row[*Turn]) []int64 { return r.r.SegmentStarts }),
+	listI64Col("segment_versions", func(r *row[*Turn]) []int64 { return r.r.SegmentVersions }),
+	optI64Col("batch_seq", func(r *row[*Turn]) (int64, bool) { return int64(r.r.Batch), r.r.Batch > 0 }),
+	optI64Col("staleness", func(r *row[*Turn]) (int64, bool) { return r.r.Staleness, r.r.Batch > 0 }),
+	optBoolCol("trained", func(r *row[*Turn]) (bool, bool) { return r.r.Trained, r.r.Batch > 0 }),
+	optListI64Col("segment_staleness", func(r *row[*Turn]) ([]int64, bool) { return r.r.SegmentStaleness, r.r.Batch > 0 }),
+	optListBoolCol("segment_trained", func(r *row[*Turn]) ([]bool, bool) { return r.r.SegmentTrained, r.r.Batch > 0 }),
+	i64Col("prompt_tokens", func(r *row[*Turn]) int64 { return r.r.PromptTokens }),
+	i64Col("completion_tokens", func(r *row[*Turn]) int64 { return r.r.CompletionTokens }),
+	i64Col("cached_tokens", func(r *row[*Turn]) int64 { return r.r.Cached }),
+	i64Col("observation_tokens", func(r *row[*Turn]) int64 { return r.r.ObservationTokens }),
+	i64Col("inline_tokens", func(r *row[*Turn]) int64 { return r.r.InlineTokens }),
+	strCol("finish", func(r *row[*Turn]) string { return r.r.Finish }),
+	i64Col("latency_ms", func(r *row[*Turn]) int64 { return r.r.LatencyMS }),
+	optStrCol("text", func(r *row[*Turn]) string { return r.r.Text }),
+	i64Col("text_cut", func(r *row[*Turn]) int64 { return r.r.TextCut }),
+}
+
+var toolCallColumns = []column[*ToolCall]{
+	strCol("run", func(r *row[*ToolCall]) string { return r.run.Run }),
+	u64Col("fact_seq", func(r *row[*ToolCall]) uint64 { return r.r.Seq }),
+	strCol("attempt", func(r *row[*ToolCall]) string { return r.r.Attempt }),
+	i64Col("turn", func(r *row[*ToolCall]) int64 { return int64(r.r.Turn) }),
+	i64Col("call", func(r *row[*ToolCall]) int64 { return int64(r.r.Call) }),
+	strCol("tool", func(r *row[*ToolCall]) string { return r.r.Tool }),
+	i64Col("exit_code", func(r *row[*ToolCall]) int64 { return int64(r.r.ExitCode) }),
+	i64Col("duration_ms", func(r *row[*ToolCall]) int64 { return r.r.DurationMS }),
+	i64Col("output_bytes", func(r *row[*ToolCall]) int64 { return r.r.OutputBytes }),
+	boolCol("to_file", func(r *row[*ToolCall]) bool { return r.r.ToFile }),
+	boolCol("background", func(r *row[*ToolCall]) bool { return r.r.Background }),
+	boolCol("timed_out", func(r *row[*ToolCall]) bool { return r.r.TimedOut }),
+	optStrCol("input", func(r *row[*ToolCall]) string { return r.r.Input }),
+	i64Col("input_cut", func(r *row[*ToolCall]) int64 { return r.r.InputCut }),
+	optStrCol("output", func(r *row[*ToolCall]) string { return r.r.Output }),
+	i64Col("output_cut", func(r *row[*ToolCall]) int64 { return r.r.OutputCut }),
+}
+
+var batchColumns = []column[*Batch]{
+	strCol("run", func(r *row[*Batch]) string { return r.run.Run }),
+	u64Col("seq", func(r *row[*Batch]) uint64 { return r.r.Manifest.Seq }),
+	u64Col("trainer_version", func(r *row[*Batch]) uint64 { return r.r.Manifest.TrainerVersion }),
+	i64Col("rule_version", func(r *row[*Batch]) int64 { return int64(r.r.Manifest.RuleVersion) }),
+	u64Col("fact_seq", func(r *row[*Batch]) uint64 { return r.r.Fact.Seq }),
+	i64Col("watermark_partition", func(r *row[*Batch]) int64 { return int64(r.r.Manifest.Watermark.Partition) }),
+	i64Col("watermark_offset", func(r *row[*Batch]) int64 { return r.r.Manifest.Watermark.Offset }),
+	u64Col("tree_size", func(r *row[*Batch]) uint64 { return r.r.Manifest.Tree.Size }),
+	strCol("tree_root", func(r *row[*Batch]) string { return r.r.Manifest.Tree.Root }),
+	strCol("digest", func(r *row[*Batch]) string { return r.r.Manifest.Digest }),
+	i64Col("groups", func(r *row[*Batch]) int64 { return int64(r.r.Manifest.Stats.Groups) }),
+	i64Col("dropped_groups", func(r *row[*Batch]) int64 { return int64(len(r.r.Manifest.Dropped)) }),
+	i64Col("attempts", func(r *row[*Batch]) int64 { return int64(r.r.Manifest.Stats.Attempts) }),
+	i64Col("turns", func(r *row[*Batch]) int64 { return int64(r.r.Manifest.Stats.Turns) }),
+	i64Col("trained_turns", func(r *row[*Batch]) int64 { return int64(r.r.Manifest.Stats.TrainedTurns) }),
+	i64Col("trained_tokens", func(r *row[*Batch]) int64 { return r.r.Manifest.Stats.TrainedTokens }),
+	i64Col("masked_tokens", func(r *row[*Batch]) int64 { return r.r.Manifest.Stats.MaskedTokens }),
+	strCol("staleness_histogram", func(r *row[*Batch]) string { return jsonOf(r.r.Manifest.Stats.StalenessHistogram) }),
+	strCol("in_flight", func(r *row[*Batch]) string { return jsonOf(r.r.Manifest.Stats.InFlight) }),
+	strCol("in_queue", func(r *row[*Batch]) string { return jsonOf(r.r.Manifest.Stats.InQueue) }),
+	optI64Col("gradient_step", func(r *row[*Batch]) (int64, bool) {
+		return stepOf(r.r, func(s *events.GradientApplied) int64 { return s.Step })
+	}),
+	optF64Col("loss", func(r *row[*Batch]) (float64, bool) {
+		return stepOf(r.r, func(s *events.GradientApplied) float64 { return s.Loss })
+	}),
+	optI64Col("reported_trained_tokens", func(r *row[*Batch]) (int64, bool) {
+		return stepOf(r.r, func(s *events.GradientApplied) int64 { return s.TrainedTokens })
+	}),
+	optF64Col("truncated_fraction", func(r *row[*Batch]) (float64, bool) {
+		return stepOf(r.r, func(s *events.GradientApplied) float64 { return s.TruncatedFraction })
+	}),
+	optF64Col("grad_norm", func(r *row[*Batch]) (float64, bool) {
+		return stepOf(r.r, func(s *events.GradientApplied) float64 { return s.GradNorm })
+	}),
+	optBoolCol("digest_matches", func(r *row[*Batch]) (bool, bool) {
+		return r.r.Step != nil && r.r.Step.BatchDigest == r.r.Manifest.Digest, r.r.Step != nil
+	}),
+}
+
+// sampleRow is one sample of a batch, read in place from its canonical form.
+type sampleRow struct {
+	batch uint64
+	index int64
+	v     *projections.SampleView
+}
+
+func samplesOf(runs []*Run) iter.Seq2[*row[*sampleRow], error] {
+	return func(yield func(*row[*sampleRow], error) bool) {
+		for _, run := range runs {
+			for _, b := range run.Batches {
+				sr := projections.NewSampleReader(b.Samples)
+				for i := int64(0); sr.Next(); i++ {
+					if !yield(&row[*sampleRow]{run: run, r: &sampleRow{batch: b.Manifest.Seq, index: i, v: sr.Sample()}}, nil) {
+						return
+					}
+				}
+				if err := sr.Err(); err != nil {
+					yield(nil, err)
+					return
+				}
+			}
+		}
+	}
+}
+
+var sampleColumns = []column[*sampleRow]{
+	strCol("run", func(r *row[*sampleRow]) string { return r.run.Run }),
+	u64Col("batch_seq", func(r *row[*sampleRow]) uint64 { return r.r.batch }),
+	i64Col("sample", func(r *row[*sampleRow]) int64 { return r.r.index }),
+	strCol("group", func(r *row[*sampleRow]) string { return string(r.r.v.Group) }),
+	strCol("attempt", func(r *row[*sampleRow]) string { return string(r.r.v.Attempt) }),
+	i64Col("segment", func(r *row[*sampleRow]) int64 { return r.r.v.Segment }),
+	f64Col("advantage", func(r *row[*sampleRow]) float64 { return r.r.v.Advantage }),
+	i64Col("tokens", func(r *row[*sampleRow]) int64 { return int64(r.r.v.Len) }),
+	{field: arrow.Field{Name: "token_ids", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32)}, add: func(b array.Builder, r *row[*sampleRow]) {
+		lb := b.(*array.ListBuilder)
+		lb.Append(true)
+		vb := lb.ValueBuilder().(*array.Int32Builder)
+		ids := r.r.v.TokenIDs
+		vb.Reserve(r.r.v.Len)
+		for i := 0; i < len(ids); i += 4 {
+			vb.UnsafeAppend(int32(binary.LittleEndian.Uint32(ids[i:])))
+		}
+	}},
+	{field: arrow.Field{Name: "loss_mask", Type: arrow.ListOf(arrow.PrimitiveTypes.Uint8)}, add: func(b array.Builder, r *row[*sampleRow]) {
+		lb := b.(*array.ListBuilder)
+		lb.Append(true)
+		lb.ValueBuilder().(*array.Uint8Builder).AppendValues(r.r.v.LossMask, nil)
+	}},
+	{field: arrow.Field{Name: "rollout_logprobs", Type: arrow.ListOf(arrow.PrimitiveTypes.Float32)}, add: func(b array.Builder, r *row[*sampleRow]) {
+		lb := b.(*array.ListBuilder)
+		lb.Append(true)
+		vb := lb.ValueBuilder().(*array.Float32Builder)
+		lps := r.r.v.Logprobs
+		vb.Reserve(r.r.v.Len)
+		for i := 0; i < len(lps); i += 4 {
+			vb.UnsafeAppend(math.Float32frombits(binary.LittleEndian.Uint32(lps[i:])))
+		}
+	}},
+	{field: arrow.Field{Name: "policy_versions", Type: arrow.ListOf(arrow.PrimitiveTypes.Int64)}, add: func(b array.Builder, r *row[*sampleRow]) {
+		lb := b.(*array.ListBuilder)
+		lb.Append(true)
+		vb := lb.ValueBuilder().(*array.Int64Builder)
+		vs := r.r.v.PolicyVersions
+		vb.Reserve(r.r.v.Len)
+		for i := 0; i < len(vs); i += 8 {
+			vb.UnsafeAppend(int64(binary.LittleEndian.Uint64(vs[i:])))
+		}
+	}},
+}
+
+// stepOf reads a value of the gradient step that consumed b; ok is false
+// when no step reported it.
+func stepOf[T any](b *Batch, get func(*events.GradientApplied) T) (T, bool) {
+	if b.Step == nil {
+		var zero T
+		return zero, false
+	}
+	return get(b.Step), true
+}
+
+func first(v []int64) int64 {
+	if len(v) == 0 {
+		return 0
+	}
+	return v[0]
+}
+
+// jsonOf is a histogram as a JSON object, keys in sorted order.
+func jsonOf(m map[string]int) string {
+	if m == nil {
+		return "{}"
+	}
+	b, _ := json.Marshal(m)
+	return string(b)
+}
+
+func field(name string, t arrow.DataType, nullable bool) arrow.Field {
+	return arrow.Field{Name: name, Type: t, Nullable: nullable}
+}
+
+func strCol[R any](name string, get func(*row[R]) string) column[R] {
+	return column[R]{field: field(name, arrow.BinaryTypes.String, false), add: func(b array.Builder, r *row[R]) {
+		b.(*array.StringBuilder).Append(get(r))
+	}}
+}
+
+// optStrCol is null for the empty string: text the fact did not carry.
+func optStrCol[R any](name string, get func(*row[R]) string) column[R] {
+	return column[R]{field: field(name, arrow.BinaryTypes.String, true), add: func(b array.Builder, r *row[R]) {
+		if s := get(r); s != "" {
+			b.(*array.StringBuilder).Append(s)
+		} else {
+			b.AppendNull()
+		}
+	}}
+}
+
+func i64Col[R any](name string, get func(*row[R]) int64) column[R] {
+	return column[R]{field: field(name, arrow.PrimitiveTypes.Int64, false), add: func(b array.Builder, r *row[R]) {
+		b.(*array.Int64Builder).Append(get(r))
+	}}
+}
+
+func u64Col[R any](name string, get func(*row[R]) uint64) column[R] {
+	return i64Col(name, func(r *row[R]) int64 { return int64(get(r)) })
+}
+
+func optI64Col[R any](name string, get func(*row[R]) (int64, bool)) column[R] {
+	return column[R]{field: field(name, arrow.PrimitiveTypes.Int64, true), add: func(b array.Builder, r *row[R]) {
+		if v, ok := get(r); ok {
+			b.(*array.Int64Builder).Append(v)
+		} else {
+			b.AppendNull()
+		}
+	}}
+}
+
+func f64Col[R any](name string, get func(*row[R]) float64) column[R] {
+	return column[R]{field: field(name, arrow.PrimitiveTypes.Float64, false), add: func(b array.Builder, r *row[R]) {
+		b.(*array.Float64Builder).Append(get(r))
+	}}
+}
+
+func optF64Col[R any](name string, get func(*row[R]) (float64, bool)) column[R] {
+	return column[R]{field: field(name, arrow.PrimitiveTypes.Float64, true), add: func(b array.Builder, r *row[R]) {
+		if v, ok := get(r); ok {
+			b.(*array.Float64Builder).Append(v)
+		} else {
+			b.AppendNull()
+		}
+	}}
+}
+
+func boolCol[R any](name string, get func(*row[R]) bool) column[R] {
+	return column[R]{field: field(name, arrow.FixedWidthTypes.Boolean, false), add: func(b array.Builder, r *row[R]) {
+		b.(*array.BooleanBuilder).Append(get(r))
+	}}
+}
+
+func optBoolCol[R any](name string, get func(*row[R]) (bool, bool)) column[R] {
+	return column[R]{field: field(name, arrow.FixedWidthTypes.Boolean, true), add: func(b array.Builder, r *row[R]) {
+		if v, ok := get(r); ok {
+			b.(*array.BooleanBuilder).Append(v)
+		} else {
+			b.AppendNull()
+		}
+	}}
+}
+
+func listI64Col[R any](name string, get func(*row[R]) []int64) column[R] {
+	return optListI64Col(name, func(r *row[R]) ([]int64, bool) { return get(r), true })
+}
+
+func optListI64Col[R any](name string, get func(*row[R]) ([]int64, bool)) column[R] {
+	return column[R]{field: field(name, arrow.ListOf(arrow.PrimitiveTypes.Int64), true), add: func(b array.Builder, r *row[R]) {
+		v, ok := get(r)
+		if !ok {
+			b.AppendNull()
+			return
+		}
+		lb := b.(*array.ListBuilder)
+		lb.Append(true)
+		lb.ValueBuilder().(*array.Int64Builder).AppendValues(v, nil)
+	}}
+}
+
+func optListBoolCol[R any](name string, get func(*row[R]) ([]bool, bool)) column[R] {
+	return column[R]{field: field(name, arrow.ListOf(arrow.FixedWidthTypes.Boolean), true), add: func(b array.Builder, r *row[R]) {
+		v, ok := get(r)
+		if !ok {
+			b.AppendNull()
+			return
+		}
+		lb := b.(*array.ListBuilder)
+		lb.Append(true)
+		lb.ValueBuilder().(*array.BooleanBuilder).AppendValues(v, nil)
+	}}
+}
