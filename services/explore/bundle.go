@@ -1,6 +1,7 @@
 package explore
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io/fs"
@@ -29,6 +30,10 @@ func WriteBundle(dir string, m *Model, now time.Time) (files int, err error) {
 		b, err := fs.ReadFile(Assets(), p)
 		if err != nil {
 			return err
+		}
+		if p == "index.html" {
+			// The bundle's page loads its data index before the app.
+			b = bytes.Replace(b, []byte(`<script src="app.js">`), []byte(`<script src="data/index.js"></script>`+"\n"+`<script src="app.js">`), 1)
 		}
 		files++
 		return os.WriteFile(filepath.Join(dir, p), b, 0o644)
