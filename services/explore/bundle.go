@@ -105,5 +105,5 @@ func WriteBundle(dir string, m *Model, now time.Time) (files int, err error) {
 		return files, err
 	}
 	files++
-	return files, os.WriteFile(filepath.Join(dir, "data", "index.js"), append(append([]byte("RL_BUNDLE("), ib...), ");\n"...), 0o644)
+	return files, os.WriteFile(filepath.Join(dir, "data", "index.js"), append(append([]byte("window.RL_BUNDLE_INDEX = "), ib...), ";\n"...), 0o644)
 }

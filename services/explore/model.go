@@ -36,6 +36,7 @@ type Model struct {
 	groupList []string
 	attempts  map[string]*attempt
 	attList   []string
+	retries   map[string]*attempt // retries seen before the attempt they retry, by its id
 
 	batches   []*batch // by seq-1; nil where not yet recorded
 	gradients map[int64]gradient
@@ -116,7 +117,7 @@ type finding struct {
 // NewModel returns an empty model of run.
 func NewModel(run string) *Model {
 	return &Model{run: run, versions: map[int]int{}, config: events.DefaultConfig(),
-		tasks: map[string]*task{}, groups: map[string]*group{}, attempts: map[string]*attempt{},
+		tasks: map[string]*task{}, groups: map[string]*group{}, attempts: map[string]*attempt{}, retries: map[string]*attempt{},
 		gradients: map[int64]gradient{}, decided: map[string]bool{}, kindSeq: map[events.Type]uint64{},
 		audit: projections.NewAudit(run)}
 }
@@ -163,11 +164,19 @@ func (m *Model) Fact(partition int32, offset int64, value []byte, ev events.Even
 		}
 		g := m.group(d.Group)
 		a := &attempt{AttemptStarted: *d, fact: pos}
+		// A retry takes the slot of the attempt it retries, whichever of
+		// the two the log holds first (producers race).
 		if prev := m.attempts[d.RetryOf]; d.RetryOf != "" && prev != nil {
 			a.slot, prev.retriedBy = prev.slot, d.Attempt
+		} else if retry := m.retries[d.Attempt]; retry != nil {
+			a.slot, a.retriedBy = retry.slot, retry.Attempt
+			delete(m.retries, d.Attempt)
 		} else {
 			a.slot = g.slots
 			g.slots++
+			if d.RetryOf != "" {
+				m.retries[d.RetryOf] = a
+			}
 		}
 		g.members = append(g.members, d.Attempt)
 		m.attempts[d.Attempt] = a

@@ -341,9 +341,12 @@ type TurnView struct {
 	Finish           string                    `json:"finish"`
 	LatencyMS        int64                     `json:"latency_ms"`
 	Segments         []projections.TurnSegment `json:"segments"`
-	Tools            []events.ToolCalled       `json:"tools"`
-	Compaction       *events.ContextCompacted  `json:"compaction"`
-	Lineage          Lineage                   `json:"lineage"`
+	// Judged says a batch judged the segments: their staleness and
+	// trained are the batch's; otherwise they are unknown yet.
+	Judged     bool                     `json:"judged"`
+	Tools      []events.ToolCalled      `json:"tools"`
+	Compaction *events.ContextCompacted `json:"compaction"`
+	Lineage    Lineage                  `json:"lineage"`
 }
 
 // Lineage says what became of a turn: the batch and gradient step that
@@ -386,6 +389,7 @@ func (m *Model) AttemptView(id string) (AttemptView, bool) {
 			tv.Tools = []events.ToolCalled{}
 		}
 		tv.Segments, tv.Lineage = m.lineage(a, g, t, v.TrainerVersion, grad)
+		tv.Judged = t.judged != nil
 		v.TurnList = append(v.TurnList, tv)
 	}
 	return v, true
@@ -432,7 +436,7 @@ func (m *Model) lineage(a *attempt, g *group, t *turn, trainerVersion *uint64, g
 		return segs, l
 	}
 	for _, s := range t.VersionSegments {
-		segs = append(segs, projections.TurnSegment{Start: s.Start, PolicyVersion: s.PolicyVersion, Staleness: -1})
+		segs = append(segs, projections.TurnSegment{Start: s.Start, PolicyVersion: s.PolicyVersion})
 	}
 	switch {
 	case g.Purpose != "" && g.Purpose != events.PurposeTrain:

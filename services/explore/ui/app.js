@@ -9,10 +9,10 @@ RL.timings = {};
 const POLL_MS = Number(new URLSearchParams(location.search).get("poll")) || 2000;
 
 // ---- data: the API, or a static bundle's scripts ----
-let bundle = null; // {run, files}
+// A bundle's data/index.js, loaded before this script, sets RL_BUNDLE_INDEX.
+const bundle = window.RL_BUNDLE_INDEX || null; // {run, files}
 const store = {};
 const waiting = {};
-window.RL_BUNDLE = (b) => { bundle = b; };
 window.RL_PUT = (path, v) => { store[path] = v; (waiting[path] || []).forEach((f) => f(v)); delete waiting[path]; };
 
 class HTTPError extends Error {
@@ -247,7 +247,7 @@ const views = {
     RL.attempt = d;
     const turns = d.turn_list.map((t, i) => `<div class="turn" data-turn="${i}">
       <div class="hd"><b>turn ${t.turn}</b><span>fact ${t.fact.seq} (${t.fact.partition}/${t.fact.offset})</span><span>${v("prompt-" + t.turn, t.prompt_tokens)} prompt · ${v("completion-" + t.turn, t.completion_tokens)} completion · ${t.cached_tokens} cached</span>
-        <span>finish ${esc(t.finish)}</span><span>${t.latency_ms} ms</span><span>versions ${t.segments.map((s) => "v" + s.policy_version + (s.staleness >= 0 ? " (stale " + s.staleness + ")" : "") + (s.start ? " from " + s.start : "")).join(", ")}</span></div>
+        <span>finish ${esc(t.finish)}</span><span>${t.latency_ms} ms</span><span>versions ${t.segments.map((s) => "v" + s.policy_version + (t.judged ? " (stale " + s.staleness + (s.trained ? "" : ", masked") + ")" : "") + (s.start ? " from " + s.start : "")).join(", ")}</span></div>
       ${t.text ? `<div class="text">${esc(t.text)}${t.text_cut ? `<span class="muted"> … ${t.text_cut} bytes cut</span>` : ""}</div>` : ""}
       <div class="toks" data-toks="${i}" style="min-height:${t.token_ids.length ? Math.min(400, Math.ceil(t.token_ids.length / 12) * 19) : 0}px">${t.token_ids.length || t.text ? "" : `<span class="muted">${t.completion_tokens} completion tokens (ids not inlined)</span>`}</div>
       ${t.tools.map((c) => `<div class="tool">⚙ <b>${esc(c.tool)}</b> #${c.call} exit ${c.exit_code === 0 ? '<span class="ok">0</span>' : `<span class="bad">${c.exit_code}</span>`} · ${c.duration_ms} ms · ${c.output_bytes} B${c.timed_out ? ' · <span class="bad">timed out</span>' : ""}${c.background ? " · background" : ""}${c.input ? `<div class="text">${esc(c.input)}</div>` : ""}${c.output ? `<div class="text">${esc(c.output)}</div>` : ""}</div>`).join("")}
@@ -296,7 +296,7 @@ function tokenColor(mode, t, i, trained, d) {
   if (mode === "logprob") { const p = Math.exp(t.logprobs[i] ?? 0); const l = Math.round(55 + 45 * p); return `hsl(220,80%,${l}%)`; }
   if (mode === "version") {
     const seg = segAt(t.segments, i);
-    if (!seg || seg.staleness < 0) return "#e5e7eb";
+    if (!seg || !t.judged) return "#e5e7eb";
     if (seg.staleness > d.config_max_staleness) return "#fca5a5";
     return `hsl(${140 - 20 * seg.staleness},70%,80%)`;
   }
@@ -312,8 +312,8 @@ function fillTurn(el, d, mode) {
   let seg = t.segments[0], si = 0;
   for (let i = 0; i < n; i++) {
     while (si + 1 < t.segments.length && t.segments[si + 1].start <= i) seg = t.segments[++si];
-    const trained = seg && seg.staleness >= 0 ? seg.trained : null;
-    out.push(`<span style="background:${tokenColor(mode, t, i, trained, d)}" title="#${i} id ${t.token_ids[i]} · lp ${t.logprobs[i] ?? "–"} · v${seg ? seg.policy_version : "?"}${seg && seg.staleness >= 0 ? " · stale " + seg.staleness : ""} · mask ${trained ? 1 : 0}">${t.token_ids[i]}</span>`);
+    const trained = seg && t.judged ? seg.trained : null;
+    out.push(`<span style="background:${tokenColor(mode, t, i, trained, d)}" title="#${i} id ${t.token_ids[i]} · lp ${t.logprobs[i] ?? "–"} · v${seg ? seg.policy_version : "?"}${trained != null ? " · stale " + seg.staleness : ""} · mask ${trained ? 1 : 0}">${t.token_ids[i]}</span>`);
   }
   if (n < t.token_ids.length) out.push(`<button data-more>show ${t.token_ids.length - n} more tokens</button>`);
   el.innerHTML = out.join("");
