@@ -41,7 +41,7 @@ type Model struct {
 	batches   []*batch // by seq-1; nil where not yet recorded
 	gradients map[int64]gradient
 	policies  []policy
-	findings  []finding
+	findings  []Finding
 	decided   map[string]bool // decision ids seen
 	kindSeq   map[events.Type]uint64
 	admitted  int
@@ -108,7 +108,8 @@ type policy struct {
 	fact projections.FactPosition
 }
 
-type finding struct {
+// Finding is an audit.finding decision and the fact that caused it.
+type Finding struct {
 	Seq  uint64                   `json:"seq"`
 	Fact projections.FactPosition `json:"fact"`
 	projections.Finding
@@ -263,7 +264,7 @@ func (m *Model) Decision(value []byte) error {
 		if err := json.Unmarshal(env.Data, &f); err != nil {
 			return fmt.Errorf("explore: audit.finding %s: %w", env.ID, err)
 		}
-		m.findings = append(m.findings, finding{Seq: seq, Fact: env.Fact, Finding: f})
+		m.findings = append(m.findings, Finding{Seq: seq, Fact: env.Fact, Finding: f})
 	}
 	return nil
 }

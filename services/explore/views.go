@@ -74,7 +74,7 @@ type RunView struct {
 	Reference  Reference       `json:"reference"`
 	Funnel     Funnel          `json:"funnel"`
 	InFlight   int             `json:"groups_in_flight"`
-	Findings   []finding       `json:"finding_list"`
+	Findings   []Finding       `json:"finding_list"`
 	Drops      map[string]int  `json:"drops"`
 	Policies   []PolicyVersion `json:"policies"`
 }
@@ -90,7 +90,7 @@ func (m *Model) RunView(now time.Time) RunView {
 	rep := m.audit.Report()
 	v := RunView{RunSummary: m.Summary(now), Config: m.config, Configured: m.configured, Steps: []Step{},
 		Reference: Reference{projections.RefZeroSignalRate, projections.RefInfraLostRate, projections.RefTruncatedLow, projections.RefTruncatedHigh},
-		Findings:  append([]finding{}, m.findings...), Drops: map[string]int{}, Policies: []PolicyVersion{}}
+		Findings:  append([]Finding{}, m.findings...), Drops: map[string]int{}, Policies: []PolicyVersion{}}
 	for _, st := range rep.Steps {
 		v.Steps = append(v.Steps, Step{StepAudit: st, Funnel: m.funnelAt(st.Fact)})
 		for _, d := range st.Dropped {

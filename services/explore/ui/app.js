@@ -32,11 +32,16 @@ function get(path) {
       document.head.appendChild(s);
     });
   }
+  const t0 = performance.now();
   const headers = {};
   const tok = sessionStorage.getItem("rl-token");
   if (tok) headers.Authorization = "Bearer " + tok;
   return fetch(path.split("/").map((s, i) => (i < 4 ? s : encodeURIComponent(s))).join("/"), { headers, cache: "no-store" })
-    .then((r) => r.json().catch(() => null).then((b) => { if (!r.ok) throw new HTTPError(r.status, b); return b; }));
+    .then((r) => r.json().catch(() => null).then((b) => {
+      RL.fetchMs = performance.now() - t0;
+      if (!r.ok) throw new HTTPError(r.status, b);
+      return b;
+    }));
 }
 
 // ---- helpers ----
@@ -62,7 +67,25 @@ function ts(t) { return t && !t.startsWith("0001") ? new Date(t).toISOString().r
 
 // ---- charts: small hand-written SVG ----
 const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#f59e0b", "#7c3aed", "#0891b2", "#db2777", "#65a30d", "#9ca3af"];
+// MAX_POINTS bounds what one chart draws: a longer run is drawn in bins of
+// consecutive steps (means for rates, sums for stacked counts), a bin
+// linking to its first step; the steps table below has every step.
+const MAX_POINTS = 200;
+function binned(steps, series, stacked) {
+  if (steps.length <= MAX_POINTS) return [steps, series];
+  const w = Math.ceil(steps.length / MAX_POINTS);
+  const bs = [];
+  for (let i = 0; i < steps.length; i += w) bs.push(steps[i]);
+  const agg = (vals) => bs.map((_, j) => {
+    const part = vals.slice(j * w, j * w + w).filter((x) => x != null);
+    if (!part.length) return null;
+    const sum = part.reduce((a, b) => a + b, 0);
+    return stacked ? sum : sum / part.length;
+  });
+  return [bs, series.map((s) => ({ ...s, values: agg(s.values) }))];
+}
 function chart(title, steps, series, o = {}) {
+  [steps, series] = binned(steps, series, o.stacked);
   const W = 420, H = 150, L = 36, R = 8, T = 8, B = 18;
   const n = steps.length;
   let max = o.max ?? 0;
@@ -190,7 +213,8 @@ const views = {
       chart("truncated share (trainer)", steps, [{ name: "truncated", color: COLORS[5], values: col((s) => (s.trained ? s.truncated_fraction : null)) }],
         { pct: true, refs: [{ value: d.reference.truncated_low, label: "recipe low" }, { value: d.reference.truncated_high, label: "high" }], id: "truncated" }),
     ];
-    const rows = S.map((s) => `<tr class="click" data-href="${esc(hStep(run, s.step))}" data-row="${s.step}"><td>${link(hStep(run, s.step), "step " + s.step)}</td>
+    const all = q.get("steps") === "all";
+    const rows = (all ? S : S.slice(0, 100)).map((s) => `<tr class="click" data-href="${esc(hStep(run, s.step))}" data-row="${s.step}"><td>${link(hStep(run, s.step), "step " + s.step)}</td>
       <td class="num">${v("groups-" + s.step, s.groups)}</td><td class="num">${v("attempts-" + s.step, s.attempts)}</td><td class="num">${v("pass_rate-" + s.step, s.pass_rate, pct(s.pass_rate))}</td>
       <td>${drops.map((r) => dropCount(s, r) ? `${r} ${dropCount(s, r)}` : "").filter(Boolean).join(", ") || "–"}</td>
       <td class="num">${v("masked_token_fraction-" + s.step, s.masked_token_fraction, pct(s.masked_token_fraction))}</td><td class="num">${v("tokens_per_solve-" + s.step, s.tokens_per_solve, num(s.tokens_per_solve, 0))}</td>
@@ -200,6 +224,7 @@ const views = {
     <p>${link(hRun(run) + "/attempts", "all attempts")} · ${link(hRun(run) + "/tasks", "all tasks")} · last activity ${ts(d.last_activity)}</p>
     <div class="grid">${charts.join("")}</div>
     <h2>Steps</h2><table><thead><tr><th>step</th><th class="num">groups</th><th class="num">attempts</th><th class="num">pass rate</th><th>dropped</th><th class="num">masked tokens</th><th class="num">tokens/solve</th><th class="num">infra lost</th><th class="num">loss</th><th>trainer</th></tr></thead><tbody>${rows}</tbody></table>
+    ${!all && S.length > 100 ? `<p>${link(hRun(run) + "?steps=all", "show all " + S.length + " steps")}</p>` : ""}
     ${d.finding_list.length ? `<h2>Findings</h2><table><thead><tr><th>#</th><th>kind</th><th>fact</th><th>detail</th></tr></thead><tbody>${d.finding_list.map((f) => `<tr><td>${f.seq}</td><td>${esc(f.kind)}</td><td>${f.fact.seq}</td><td style="white-space:normal">${esc(f.detail)}${f.attempt ? " · " + link(hAttempt(run, f.attempt), f.attempt) : f.group ? " · " + link(hGroup(run, f.group), f.group) : ""}</td></tr>`).join("")}</tbody></table>` : ""}` };
   },
 
@@ -313,11 +338,18 @@ function fillTurn(el, d, mode) {
   for (let i = 0; i < n; i++) {
     while (si + 1 < t.segments.length && t.segments[si + 1].start <= i) seg = t.segments[++si];
     const trained = seg && t.judged ? seg.trained : null;
-    out.push(`<span style="background:${tokenColor(mode, t, i, trained, d)}" title="#${i} id ${t.token_ids[i]} · lp ${t.logprobs[i] ?? "–"} · v${seg ? seg.policy_version : "?"}${trained != null ? " · stale " + seg.staleness : ""} · mask ${trained ? 1 : 0}">${t.token_ids[i]}</span>`);
+    out.push(`<span style="background:${tokenColor(mode, t, i, trained, d)}">${t.token_ids[i]}</span>`);
   }
   if (n < t.token_ids.length) out.push(`<button data-more>show ${t.token_ids.length - n} more tokens</button>`);
   el.innerHTML = out.join("");
   el.dataset.filled = mode;
+  el.onmouseover = (e) => {
+    if (e.target.tagName !== "SPAN" || e.target.title) return;
+    const i = Array.prototype.indexOf.call(el.children, e.target);
+    const sg = segAt(t.segments, i);
+    e.target.title = `#${i} id ${t.token_ids[i]} · logprob ${t.logprobs[i] ?? "–"} · v${sg ? sg.policy_version : "?"}` +
+      (t.judged && sg ? ` · staleness ${sg.staleness} · loss mask ${sg.trained ? 1 : 0}` : " · not judged by a batch yet");
+  };
   el.style.minHeight = "";
   const more = $("[data-more]", el);
   if (more) more.onclick = () => { el.dataset.cap = String(cap + 5000); el.dataset.filled = ""; fillTurn(el, d, mode); };
@@ -327,7 +359,14 @@ function virtualTokens(d, mode) {
   const els = [...document.querySelectorAll("[data-toks]")];
   const visible = els.filter((el) => { const r = el.getBoundingClientRect(); return r.bottom >= -600 && r.top <= innerHeight + 600; });
   visible.forEach((el) => fillTurn(el, d, mode));
-  observer = new IntersectionObserver((entries) => entries.forEach((e) => { if (e.isIntersecting) fillTurn(e.target, d, mode); }), { rootMargin: "600px" });
+  // Turns entering the viewport (with a margin) get their token spans;
+  // turns leaving it give them up, keeping their height, so the page never
+  // holds more spans than a few screens show.
+  observer = new IntersectionObserver((entries) => entries.forEach((e) => {
+    const el = e.target;
+    if (e.isIntersecting) fillTurn(el, d, mode);
+    else if (el.dataset.filled) { el.style.minHeight = el.offsetHeight + "px"; el.textContent = ""; el.dataset.filled = ""; }
+  }), { rootMargin: "600px" });
   els.forEach((el) => observer.observe(el));
   document.querySelectorAll("[data-overlay] input").forEach((r) => r.addEventListener("change", () => {
     const [path] = location.hash.split("?");
@@ -356,6 +395,7 @@ function route() {
 let current = { key: "", text: "" };
 let gen = 0;
 async function render(force) {
+  RL.fetchMs = 0;
   const [name, q, args] = route();
   const key = location.hash;
   const my = ++gen;
@@ -386,7 +426,7 @@ async function render(force) {
   const first = performance.now() - t0;
   if (out.after) out.after();
   requestAnimationFrame(() => {
-    RL.timings = { view: name, first_ms: first, full_ms: performance.now() - t0 };
+    RL.timings = { view: name, fetch_ms: RL.fetchMs || 0, first_ms: first, full_ms: performance.now() - t0 };
     document.body.dataset.view = name;
     document.body.dataset.ready = String(++RL.renders);
     document.body.dataset.facts = out.data && out.data.facts != null ? out.data.facts : "";
