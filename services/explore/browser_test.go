@@ -115,6 +115,13 @@ func (b *browser) run(actions ...chromedp.Action) {
 	}
 }
 
+// reset forgets the errors and requests recorded so far.
+func (b *browser) reset() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.errors, b.requests = nil, nil
+}
+
 func (b *browser) errs() []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -309,7 +316,7 @@ func TestExplorerInChromium(t *testing.T) {
 	const run = "run-a-explorer"
 	simulateRun(t, s, run, smallRun)
 	simulateRun(t, s, "run-b-other", simulate.Options{Seed: 8, Steps: 1, BatchGroups: 2, GroupSize: 2, Tasks: 4, MaxTurns: 6, Workers: 2})
-	postV2Run(t, s, "run-a-v2")
+	postV2Run(t, s, "run-a-v2", "v2-g", true)
 	api := s.URL() + "/v1/runs/" + run + "/explore"
 	testenv.CheckFor(t, 60*time.Second, "the trainer's batches and gradient steps in the explorer's model", func() bool {
 		v := getJSON(t, api, tokReader)
@@ -320,8 +327,8 @@ func TestExplorerInChromium(t *testing.T) {
 	b := newBrowser(t)
 	ui := s.URL() + "/ui/index.html"
 	// The token lives in the tab's session storage, as the token form
-	// leaves it.
-	b.run(chromedp.Navigate(s.URL()+"/ui/app.css"), chromedp.Evaluate(`sessionStorage.setItem("rl-token", `+strconv.Quote(tokReader)+`)`, nil))
+	// leaves it; set it on a page of no view, which asks for nothing.
+	b.run(chromedp.Navigate(s.URL()+"/ui/index.html#/runs/-/none"), chromedp.Evaluate(`sessionStorage.setItem("rl-token", `+strconv.Quote(tokReader)+`)`, nil))
 	hash := func(parts ...string) string {
 		for i, p := range parts {
 			parts[i] = url.PathEscape(p)
@@ -552,9 +559,7 @@ func TestExplorerInChromium(t *testing.T) {
 			t.Errorf("reader-a opening run-b-other: got status %q, want 403", status)
 		}
 		b.screenshot("scope-forbidden")
-		b.mu.Lock()
-		b.errors = nil // the 403 itself is logged by the browser as a failed load
-		b.mu.Unlock()
+		b.reset() // the 403 itself is logged by the browser as a failed load
 		b.run(chromedp.Evaluate(`sessionStorage.setItem("rl-token", `+strconv.Quote(tokReader)+`)`, nil))
 	})
 
@@ -580,12 +585,7 @@ func TestExplorerLive(t *testing.T) {
 	chromiumPath(t)
 	s, _ := startExplorerStack(t)
 	const run = "run-a-live"
-	done := make(chan error, 1)
-	go func() {
-		_, err := simulate.Run(context.Background(), simulate.Options{URL: s.URL(), Run: run, Token: tokAdmin, Seed: 3, Steps: 2,
-			BatchGroups: 2, GroupSize: 2, Tasks: 4, MaxTurns: 8, Workers: 1, EventsPerRequest: 16, Rate: 150})
-		done <- err
-	}()
+	postV2Run(t, s, run, "live-1", true)
 	testenv.CheckFor(t, 30*time.Second, "the run's first facts", func() bool {
 		req, _ := http.NewRequest(http.MethodGet, s.URL()+"/v1/runs/"+run+"/explore", nil)
 		req.Header.Set("Authorization", "Bearer "+tokReader)
@@ -597,25 +597,29 @@ func TestExplorerLive(t *testing.T) {
 		return resp.StatusCode == http.StatusOK
 	})
 	b := newBrowser(t)
-	b.run(chromedp.Navigate(s.URL()+"/ui/app.css"), chromedp.Evaluate(`sessionStorage.setItem("rl-token", `+strconv.Quote(tokReader)+`)`, nil))
+	// The token lives in the tab's session storage, as the token form
+	// leaves it; set it on a page of no view, which asks for nothing.
+	b.run(chromedp.Navigate(s.URL()+"/ui/index.html#/runs/-/none"), chromedp.Evaluate(`sessionStorage.setItem("rl-token", `+strconv.Quote(tokReader)+`)`, nil))
 	b.open(s.URL()+"/ui/index.html?poll=300#/runs/"+run, "run")
 	var first string
 	b.run(chromedp.Evaluate(`window.__sameDocument = true; document.body.dataset.facts`, &first))
-	testenv.CheckFor(t, 60*time.Second, "the open view to show more facts", func() bool {
+	// More facts arrive while the view is open: another group, which
+	// seals a second batch.
+	postV2Run(t, s, run, "live-2", false)
+	testenv.CheckFor(t, 60*time.Second, "the open view to show the new facts and batch", func() bool {
 		var now string
 		var same bool
+		var batches map[string]string
 		b.run(chromedp.Evaluate(`document.body.dataset.facts`, &now), chromedp.Evaluate(`window.__sameDocument === true`, &same))
 		if !same {
 			t.Fatal("the page reloaded")
 		}
+		b.run(chromedp.Evaluate(`Object.fromEntries([...document.querySelectorAll("[data-k=batches]")].map(e => [e.dataset.k, e.dataset.v]))`, &batches))
 		a, _ := strconv.Atoi(first)
 		n, _ := strconv.Atoi(now)
-		return n > a
+		return n > a && batches["batches"] == "2"
 	})
 	b.screenshot("run-live")
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
 	b.checkClean(s.URL() + "/")
 }
 
@@ -671,10 +675,11 @@ func TestExplorerBundle(t *testing.T) {
 	b.checkClean(origin)
 }
 
-// postV2Run appends a one-group run in catalogue version 2: turn text,
+// postV2Run appends one group of a run in catalogue version 2, after the
+// run's start and its task when start is set: turn text,
 // token ids, two version segments in one turn, a tool call with its
 // input and output.
-func postV2Run(t *testing.T, s *stack.Stack, run string) {
+func postV2Run(t *testing.T, s *stack.Stack, run, group string, start bool) {
 	t.Helper()
 	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	one, two, f := 1, 2, false
@@ -683,11 +688,13 @@ func postV2Run(t *testing.T, s *stack.Stack, run string) {
 		at = at.Add(time.Second)
 		evs = append(evs, events.New(run, "test", at, d))
 	}
-	add(&events.RunStarted{Config: events.RunConfig{BatchGroups: &one, GroupSize: &two, EnforceAdmission: &f, MaxStaleness: new(int)}, Model: "m", Harness: "h"})
-	add(&events.TaskRegistered{Task: "t-1", Source: "src", Kind: "swe", Tier: 1, Gates: []events.Gate{}, Prompt: "fix the bug"})
-	add(&events.GroupStarted{Group: "v2-g", Task: "t-1", Size: 2, Purpose: events.PurposeTrain})
-	for i, id := range []string{"v2-g/a", "v2-g/b"} {
-		add(&events.AttemptStarted{Attempt: id, Group: "v2-g", Task: "t-1", Engine: "e", VM: "vm", ForkMS: 10})
+	if start {
+		add(&events.RunStarted{Config: events.RunConfig{BatchGroups: &one, GroupSize: &two, EnforceAdmission: &f, MaxStaleness: new(int)}, Model: "m", Harness: "h"})
+		add(&events.TaskRegistered{Task: "t-1", Source: "src", Kind: "swe", Tier: 1, Gates: []events.Gate{}, Prompt: "fix the bug"})
+	}
+	add(&events.GroupStarted{Group: group, Task: "t-1", Size: 2, Purpose: events.PurposeTrain})
+	for i, id := range []string{group + "/a", group + "/b"} {
+		add(&events.AttemptStarted{Attempt: id, Group: group, Task: "t-1", Engine: "e", VM: "vm", ForkMS: 10})
 		add(&events.TurnGenerated{Attempt: id, Turn: 0, PromptTokens: 10, CompletionTokens: 4,
 			VersionSegments: []events.VersionSegment{{Start: 0, PolicyVersion: 0}, {Start: 2, PolicyVersion: 1}},
 			TokenIDs:        []int32{11, 12, 13, 14}, Logprobs: []float32{-0.1, -0.2, -0.3, -0.4}, Text: "ls -la", Finish: events.FinishToolCall, LatencyMS: 5})
