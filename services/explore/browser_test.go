@@ -540,6 +540,28 @@ func TestExplorerInChromium(t *testing.T) {
 		b.checkClean(s.URL() + "/")
 	})
 
+	t.Run("no-token-ids", func(t *testing.T) {
+		b.t = t
+		// run-b-other was simulated without inlined tokens: each turn is
+		// drawn as its version segments, coloured as the loss mask.
+		other := s.URL() + "/v1/runs/run-b-other/explore"
+		var id string
+		var turns float64
+		for _, a := range field(getJSON(t, other+"/attempts", tokReader), "attempts").([]any) {
+			if n := field(a, "turns").(float64); n > 0 {
+				id, turns = field(a, "attempt").(string), n
+				break
+			}
+		}
+		b.open(hash("run-b-other", "attempts", id), "attempt")
+		var bars int
+		b.run(chromedp.Evaluate(`document.querySelectorAll("[data-segbar]").length`, &bars))
+		if float64(bars) != turns {
+			t.Errorf("attempt %s: %d segment bars for %v turns", id, bars, turns)
+		}
+		b.checkClean(s.URL() + "/")
+	})
+
 	t.Run("scope", func(t *testing.T) {
 		b.t = t
 		b.run(chromedp.Evaluate(`sessionStorage.setItem("rl-token", `+strconv.Quote(tokReaderA)+`)`, nil))

@@ -274,7 +274,7 @@ const views = {
       <div class="hd"><b>turn ${t.turn}</b><span>fact ${t.fact.seq} (${t.fact.partition}/${t.fact.offset})</span><span>${v("prompt-" + t.turn, t.prompt_tokens)} prompt · ${v("completion-" + t.turn, t.completion_tokens)} completion · ${t.cached_tokens} cached</span>
         <span>finish ${esc(t.finish)}</span><span>${t.latency_ms} ms</span><span>versions ${t.segments.map((s) => "v" + s.policy_version + (t.judged ? " (stale " + s.staleness + (s.trained ? "" : ", masked") + ")" : "") + (s.start ? " from " + s.start : "")).join(", ")}</span></div>
       ${t.text ? `<div class="text">${esc(t.text)}${t.text_cut ? `<span class="muted"> … ${t.text_cut} bytes cut</span>` : ""}</div>` : ""}
-      <div class="toks" data-toks="${i}" style="min-height:${t.token_ids.length ? Math.min(400, Math.ceil(t.token_ids.length / 12) * 19) : 0}px">${t.token_ids.length || t.text ? "" : `<span class="muted">${t.completion_tokens} completion tokens (ids not inlined)</span>`}</div>
+      <div class="toks" data-toks="${i}" style="min-height:${t.token_ids.length ? Math.min(400, Math.ceil(t.token_ids.length / 12) * 19) : 0}px"></div>${t.token_ids.length ? "" : segBar(t)}
       ${t.tools.map((c) => `<div class="tool">⚙ <b>${esc(c.tool)}</b> #${c.call} exit ${c.exit_code === 0 ? '<span class="ok">0</span>' : `<span class="bad">${c.exit_code}</span>`} · ${c.duration_ms} ms · ${c.output_bytes} B${c.timed_out ? ' · <span class="bad">timed out</span>' : ""}${c.background ? " · background" : ""}${c.input ? `<div class="text">${esc(c.input)}</div>` : ""}${c.output ? `<div class="text">${esc(c.output)}</div>` : ""}</div>`).join("")}
       <div class="lineage">lineage: <span class="pill ${esc(t.lineage.state)}" data-k="lineage-${t.turn}" data-v="${esc(t.lineage.state)}">${esc(t.lineage.state)}</span> ${t.lineage.batch ? link(hStep(run, t.lineage.batch), "batch " + t.lineage.batch) : ""}${t.lineage.gradient_step != null ? " · gradient step " + t.lineage.gradient_step : ""} · ${esc(t.lineage.reason)}</div>
       ${t.compaction ? `<div class="compaction">context compacted: ${t.compaction.tokens_before} → ${t.compaction.tokens_after} tokens (a new training segment starts)</div>` : ""}</div>`).join("");
@@ -326,6 +326,17 @@ function tokenColor(mode, t, i, trained, d) {
     return `hsl(${140 - 20 * seg.staleness},70%,80%)`;
   }
   return "transparent";
+}
+// segBar draws a turn whose token ids were not inlined: its completion as
+// a bar, one piece per version segment, coloured as the loss mask.
+function segBar(t) {
+  const n = t.completion_tokens || 1;
+  const parts = t.segments.map((s, i) => {
+    const end = i + 1 < t.segments.length ? t.segments[i + 1].start : n;
+    const cls = !t.judged ? "" : s.trained ? "trained" : "masked";
+    return `<i class="${cls}" style="flex:${Math.max(end - s.start, 1)}" title="tokens ${s.start}–${end - 1}: v${s.policy_version}${t.judged ? ", staleness " + s.staleness + (s.trained ? ", trains" : ", masked") : ""}"></i>`;
+  }).join("");
+  return `<div class="segbar" data-segbar>${parts}</div><div class="muted">${t.completion_tokens} completion tokens (ids not inlined)</div>`;
 }
 function segAt(segs, i) { let s = segs[0]; for (const x of segs) { if (x.start <= i) s = x; else break; } return s; }
 function fillTurn(el, d, mode) {
