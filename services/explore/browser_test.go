@@ -359,7 +359,7 @@ func TestExplorerInChromium(t *testing.T) {
 		b.checkClean(s.URL() + "/")
 	})
 
-	var stepAPI map[string]any
+	stepAPI := getJSON(t, api+"/steps/1", tokReader)
 	t.Run("run", func(t *testing.T) {
 		b.t = t
 		b.open(hash(run), "run")
@@ -394,7 +394,6 @@ func TestExplorerInChromium(t *testing.T) {
 	t.Run("step", func(t *testing.T) {
 		b.t = t
 		b.open(hash(run, "steps", "1"), "step")
-		stepAPI = getJSON(t, api+"/steps/1", tokReader)
 		page := b.values()
 		sameNumber(t, page, "seq", 1.0)
 		sameNumber(t, page, "digest", field(stepAPI, "digest"))
@@ -419,7 +418,14 @@ func TestExplorerInChromium(t *testing.T) {
 			break
 		}
 	}
+	// An attempt of that group with more than one turn.
 	var attempt string
+	for _, a := range field(getJSON(t, api+"/groups/"+group, tokReader), "attempts").([]any) {
+		if field(a, "turns").(float64) > 1 {
+			attempt = field(a, "attempt").(string)
+			break
+		}
+	}
 	t.Run("group", func(t *testing.T) {
 		b.t = t
 		b.open(hash(run, "groups", group), "group")
@@ -433,9 +439,6 @@ func TestExplorerInChromium(t *testing.T) {
 				sameNumber(t, page, k+"-"+id, field(a, k))
 			}
 			sameNumber(t, page, "tokens-"+id, field(a, "completion_tokens"))
-			if attempt == "" && field(a, "turns").(float64) > 1 {
-				attempt = id
-			}
 		}
 		shots["group"] = b.screenshot("group")
 		b.checkClean(s.URL() + "/")
