@@ -252,12 +252,12 @@ func (m *Model) Decision(value []byte) error {
 		}
 		t := m.task(ad.Task)
 		t.admission, t.decidedAt, t.decisionSeq = ad, env.Fact, seq
-		t.decision = "admitted"
-		m.admitted++
 		if env.Type == projections.KindTaskRejected {
 			t.decision = "rejected"
-			m.admitted--
 			m.rejected++
+		} else {
+			t.decision = "admitted"
+			m.admitted++
 		}
 	case projections.KindAuditFinding:
 		var f projections.Finding
