@@ -318,11 +318,21 @@ func TestExplorerInChromium(t *testing.T) {
 	simulateRun(t, s, "run-b-other", simulate.Options{Seed: 8, Steps: 1, BatchGroups: 2, GroupSize: 2, Tasks: 4, MaxTurns: 6, Workers: 2})
 	postV2Run(t, s, "run-a-v2", "v2-g", true)
 	api := s.URL() + "/v1/runs/" + run + "/explore"
-	testenv.CheckFor(t, 60*time.Second, "the trainer's batches and gradient steps in the explorer's model", func() bool {
+	var seen string
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
 		v := getJSON(t, api, tokReader)
 		steps := field(v, "steps").([]any)
-		return len(steps) == 3 && field(steps[2], "trained") == true
-	})
+		if len(steps) >= 3 && field(steps[2], "trained") == true {
+			break
+		}
+		seen = fmt.Sprintf("%v facts, %d steps", field(v, "facts"), len(steps))
+		if len(steps) > 0 {
+			seen += fmt.Sprintf(", the last trained: %v", field(steps[len(steps)-1], "trained"))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the explorer's model did not train step 3 in 3 minutes: %s", seen)
+		}
+	}
 
 	b := newBrowser(t)
 	ui := s.URL() + "/ui/index.html"
