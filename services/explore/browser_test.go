@@ -333,6 +333,18 @@ func TestExplorerInChromium(t *testing.T) {
 			t.Fatalf("the explorer's model did not train step 3 in 3 minutes: %s", seen)
 		}
 	}
+	// Every fact is in; wait for the projector's last decisions, so that
+	// the page and the API are read from the same history.
+	var last []byte
+	testenv.CheckFor(t, time.Minute, "the run view to stay the same for a second", func() bool {
+		b, _ := json.Marshal(getJSON(t, api, tokReader))
+		same := bytes.Equal(b, last)
+		last = b
+		if !same {
+			time.Sleep(time.Second)
+		}
+		return same
+	})
 
 	b := newBrowser(t)
 	ui := s.URL() + "/ui/index.html"
