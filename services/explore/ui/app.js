@@ -451,7 +451,7 @@ function poll() {
   if (bundle) { $("#live").textContent = "static bundle of " + bundle.run; return; }
   pollTimer = setTimeout(async () => { if (!document.hidden) await render(false).catch(() => {}); poll(); }, POLL_MS);
   $("#live").className = "on";
-  $("#live").textContent = "live";
+  $("#live").textContent = "refreshing every " + POLL_MS / 1000 + " s";
 }
 
 $("#tokenform").addEventListener("submit", (e) => {
