@@ -208,7 +208,7 @@ const views = {
       chart("tokens per solve", steps, [{ name: "tokens/solve", color: COLORS[4], values: col((s) => s.tokens_per_solve) }], { id: "tokens_per_solve" }),
       chart("infra-lost rate", steps, [{ name: "infra_lost", color: COLORS[1], values: col((s) => s.infra_lost_rate) }], { pct: true, refs: [{ value: d.reference.infra_lost_rate, label: "recipe" }], id: "infra_lost" }),
       chart("admission funnel (tasks)", steps, [
-        { name: "registered", values: col((s) => s.funnel.registered) }, { name: "probed", values: col((s) => s.funnel.probed) },
+        { name: "registered", values: col((s) => s.funnel.registered) }, { name: "probed", color: COLORS[5], values: col((s) => s.funnel.probed) },
         { name: "admitted", color: COLORS[2], values: col((s) => s.funnel.admitted) }, { name: "rejected", color: COLORS[1], values: col((s) => s.funnel.rejected) }], { id: "funnel" }),
       chart("truncated share (trainer)", steps, [{ name: "truncated", color: COLORS[5], values: col((s) => (s.trained ? s.truncated_fraction : null)) }],
         { pct: true, refs: [{ value: d.reference.truncated_low, label: "recipe low" }, { value: d.reference.truncated_high, label: "high" }], id: "truncated" }),
