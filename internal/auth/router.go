@@ -33,6 +33,10 @@ func Classify(pattern string) Access {
 	switch pattern {
 	case "GET /healthz", "GET /metrics":
 		return Open
+	case "GET /ui", "GET /ui/{file}":
+		// The explorer's page and assets: no data, which its views read
+		// from the scoped routes with the reader's token.
+		return Open
 	case "POST /v1/events":
 		return Append
 	case "GET /v1/runs/{run}/batches/next", "GET /v1/runs/{run}/batches/{seq}", "GET /v1/runs/{run}/batches/{seq}/samples":

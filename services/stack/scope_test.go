@@ -35,6 +35,8 @@ type scopeFixture struct {
 	*authStack
 	// task is a task of each run, by run.
 	task map[string]string
+	// group is a train group of each run (the explorer's routes name one).
+	group map[string]string
 	// secrets are strings only a read of secretRun's data answers with.
 	secrets []string
 }
@@ -43,7 +45,7 @@ func startScopeFixture(t testing.TB) *scopeFixture {
 	t.Helper()
 	kc, _ := testenv.EmbeddedKafka(t, "")
 	s := startAuthStack(t, kc, stack.Options{})
-	fx := &scopeFixture{authStack: s, task: map[string]string{}}
+	fx := &scopeFixture{authStack: s, task: map[string]string{}, group: map[string]string{}}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	errs := make(chan error, 2)
@@ -55,6 +57,7 @@ func startScopeFixture(t testing.TB) *scopeFixture {
 			t.Fatal(err)
 		}
 		fx.task[run] = plan.Tasks[0].Task
+		fx.group[run] = plan.Groups[0].Group
 		go func() {
 			_, err := simulate.Run(ctx, o)
 			errs <- err
@@ -222,9 +225,9 @@ var (
 // makeVariant builds a variant of the route pattern for run. r chooses
 // everything; junk, when not empty, is inserted somewhere (the fuzz
 // target's free text), escaped where a request line could not carry it.
-func makeVariant(r *rand.Rand, pattern, run, task, junk string) variant {
+func makeVariant(r *rand.Rand, pattern, run, task, group, junk string) variant {
 	method, tmpl, _ := strings.Cut(pattern, " ")
-	filled := strings.NewReplacer("{run}", run, "{seq}", "1", "{task...}", task).Replace(tmpl)
+	filled := strings.NewReplacer("{run}", run, "{seq}", "1", "{task...}", task, "{group...}", group, "{attempt...}", group+"/a0").Replace(tmpl)
 	query := ""
 	if strings.HasSuffix(tmpl, "/batches/next") {
 		query = "?after=0&wait=0s"
@@ -345,7 +348,7 @@ func (p *scopeProbe) check(t testing.TB, i int, as string, seed uint64, junk str
 	t.Helper()
 	route := p.routes[i%len(p.routes)]
 	pick := func(run string) variant {
-		return makeVariant(rand.New(rand.NewPCG(seed, uint64(i))), route.Pattern, run, p.fx.task[run], junk)
+		return makeVariant(rand.New(rand.NewPCG(seed, uint64(i))), route.Pattern, run, p.fx.task[run], p.fx.group[run], junk)
 	}
 	v := pick(secretRun)
 	var b []byte
@@ -372,7 +375,8 @@ func (p *scopeProbe) check(t testing.TB, i int, as string, seed uint64, junk str
 	if !own.plain || own.method != strings.SplitN(route.Pattern, " ", 2)[0] {
 		return
 	}
-	plainPath := strings.NewReplacer("{run}", ownRun, "{seq}", "1", "{task...}", p.fx.task[ownRun]).Replace(strings.SplitN(route.Pattern, " ", 2)[1])
+	plainPath := strings.NewReplacer("{run}", ownRun, "{seq}", "1", "{task...}", p.fx.task[ownRun],
+		"{group...}", p.fx.group[ownRun], "{attempt...}", p.fx.group[ownRun]+"/a0").Replace(strings.SplitN(route.Pattern, " ", 2)[1])
 	if strings.HasSuffix(plainPath, "/batches/next") {
 		plainPath += "?after=0&wait=0s"
 	}
@@ -449,7 +453,8 @@ func TestEveryRunRouteIsScoped(t *testing.T) {
 		if names != r.Scoped {
 			t.Errorf("route %s: scoped %v, want %v", r.Pattern, r.Scoped, names)
 		}
-		if r.Access == auth.Open && r.Pattern != "GET /healthz" && r.Pattern != "GET /metrics" {
+		// The explorer's page and assets carry no data (docs/design.md §15.7).
+		if r.Access == auth.Open && r.Pattern != "GET /healthz" && r.Pattern != "GET /metrics" && r.Pattern != "GET /ui" && r.Pattern != "GET /ui/{file}" {
 			t.Errorf("route %s is open", r.Pattern)
 		}
 	}

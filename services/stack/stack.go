@@ -22,6 +22,7 @@ import (
 	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/internal/telemetry"
 	"github.com/rolloutledger/rolloutledger/services/api"
+	"github.com/rolloutledger/rolloutledger/services/explore"
 	"github.com/rolloutledger/rolloutledger/services/gateway"
 	"github.com/rolloutledger/rolloutledger/services/ingest"
 	"github.com/rolloutledger/rolloutledger/services/pgsink"
@@ -249,6 +250,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		s.proj = p
 		if slices.Contains(o.Only, ServiceAPI) {
 			(&api.Service{Projector: p, Logger: log}).Register(mux)
+			(&explore.Service{Kafka: o.Kafka, Runs: p, Logger: log}).Register(mux)
 		}
 	}
 	if slices.Contains(o.Only, ServicePgsink) {

@@ -20,7 +20,7 @@ import (
 
 func newDemoCmd(g *globals) *cobra.Command {
 	var data string
-	var keep bool
+	var keep, stay bool
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run dev, drive it with a small simulated run, read it back and summarize: the first command to try",
@@ -31,6 +31,7 @@ and prints what the ledger holds. It needs nothing installed.`,
 	}
 	cmd.Flags().StringVar(&data, "data", "", "directory for the demo's data (default: a temporary directory, removed afterwards)")
 	cmd.Flags().BoolVar(&keep, "keep", false, "keep the data directory afterwards")
+	cmd.Flags().BoolVar(&stay, "stay", false, "keep serving the explorer (and the API) after the demo, until interrupted")
 	// Six steps with max_staleness 3: a short run whose batches show
 	// masked turns (the recipe's 6 needs longer runs to bite).
 	sf := addSimFlags(cmd, simulate.Options{Seed: 1, Trainer: true, Steps: 6, MaxStaleness: 3, Text: true})
@@ -48,12 +49,12 @@ and prints what the ledger holds. It needs nothing installed.`,
 				defer os.RemoveAll(data)
 			}
 		}
-		return runDemo(cmd.Context(), g.stdout, log, data, sf.options(cmd))
+		return runDemo(cmd.Context(), g.stdout, log, data, sf.options(cmd), stay)
 	}
 	return cmd
 }
 
-func runDemo(ctx context.Context, out io.Writer, log *slog.Logger, data string, so simulate.Options) error {
+func runDemo(ctx context.Context, out io.Writer, log *slog.Logger, data string, so simulate.Options, stay bool) error {
 	start := time.Now()
 	d, err := startDev(ctx, devOptions{Addr: "127.0.0.1:0", KafkaAddr: "127.0.0.1:0", Data: data, TopicPrefix: kafkalog.DefaultTopicPrefix, Partitions: 12, Logger: log})
 	if err != nil {
@@ -93,7 +94,14 @@ func runDemo(ctx context.Context, out io.Writer, log *slog.Logger, data string, 
 	if err := demoPostgres(ctx, out, d, res.Run); err != nil {
 		return err
 	}
+	fmt.Fprintf(out, "explorer: %s/ui/index.html#/runs/%s\n", d.stack.URL(), res.Run)
 	fmt.Fprintf(out, "done in %s\n", time.Since(start).Round(time.Millisecond))
+	if stay {
+		fmt.Fprintln(out, "serving the explorer until interrupted (--stay)")
+		<-ctx.Done()
+	} else {
+		fmt.Fprintln(out, "  (the explorer is served while demo runs: add --stay to keep it open)")
+	}
 	return nil
 }
 

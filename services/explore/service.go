@@ -1,0 +1,222 @@
+// Package explore is the run explorer: a read model of one run's facts
+// joined to the projector's decisions ([Model]), JSON views of it served
+// under /v1/explore/runs and /v1/runs/{run}/explore (through the same
+// router, roles and run scopes as the rest of the API), and a browser
+// front end embedded in the binary, served at /ui. [WriteBundle] writes
+// the same views of an archived run as a static bundle that opens from
+// disk.
+package explore
+
+import (
+	"embed"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"mime"
+	"net/http"
+	"path"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/internal/auth"
+	"github.com/rolloutledger/rolloutledger/internal/httpx"
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
+	"github.com/rolloutledger/rolloutledger/services/projector"
+)
+
+//go:embed ui
+var uiFS embed.FS
+
+// Assets is the front end: index.html, app.js, app.css.
+func Assets() fs.FS {
+	sub, err := fs.Sub(uiFS, "ui")
+	if err != nil {
+		panic(err)
+	}
+	return sub
+}
+
+// RunLister lists the runs a ledger holds (the projector does).
+type RunLister interface {
+	Runs() ([]projector.RunInfo, error)
+}
+
+// Service serves the explorer's views of the runs in Kafka, each kept
+// current by reading what its partitions gained since the last request.
+type Service struct {
+	Kafka  kafkalog.Config
+	Runs   RunLister
+	Logger *slog.Logger
+	// Now is the clock that says whether a run is live; nil means time.Now.
+	Now func() time.Time
+
+	mu   sync.Mutex
+	runs map[string]*follower
+}
+
+// Routes is where the service registers its routes (an [auth.Router]).
+type Routes interface {
+	Handle(pattern string, h http.Handler)
+}
+
+// Register adds the explorer's routes to mux.
+func (s *Service) Register(mux Routes) {
+	mux.Handle("GET /ui", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/ui/index.html", http.StatusFound)
+	}))
+	mux.Handle("GET /ui/{file}", http.HandlerFunc(serveAsset))
+	mux.Handle("GET /v1/explore/runs", http.HandlerFunc(s.runList))
+	mux.Handle("GET /v1/runs/{run}/explore", s.view(func(m *Model, _ *http.Request) (any, error) { return m.RunView(s.now()), nil }))
+	mux.Handle("GET /v1/runs/{run}/explore/steps/{seq}", s.view(func(m *Model, r *http.Request) (any, error) {
+		seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
+		if err != nil || seq < 1 {
+			return nil, badValue(fmt.Sprintf("step %q is not an integer >= 1", r.PathValue("seq")))
+		}
+		v, ok := m.StepView(seq)
+		return found(v, ok, "batch "+strconv.FormatUint(seq, 10)+" is not sealed")
+	}))
+	mux.Handle("GET /v1/runs/{run}/explore/groups/{group...}", s.view(func(m *Model, r *http.Request) (any, error) {
+		v, ok := m.GroupView(r.PathValue("group"))
+		return found(v, ok, fmt.Sprintf("no group %q", r.PathValue("group")))
+	}))
+	mux.Handle("GET /v1/runs/{run}/explore/attempts", s.view(func(m *Model, _ *http.Request) (any, error) {
+		return map[string]any{"attempts": m.Attempts()}, nil
+	}))
+	mux.Handle("GET /v1/runs/{run}/explore/attempts/{attempt...}", s.view(func(m *Model, r *http.Request) (any, error) {
+		v, ok := m.AttemptView(r.PathValue("attempt"))
+		return found(v, ok, fmt.Sprintf("no attempt %q", r.PathValue("attempt")))
+	}))
+	mux.Handle("GET /v1/runs/{run}/explore/tasks", s.view(func(m *Model, _ *http.Request) (any, error) {
+		return map[string]any{"tasks": m.Tasks()}, nil
+	}))
+	mux.Handle("GET /v1/runs/{run}/explore/tasks/{task...}", s.view(func(m *Model, r *http.Request) (any, error) {
+		v, ok := m.TaskView(r.PathValue("task"))
+		return found(v, ok, fmt.Sprintf("no task %q", r.PathValue("task")))
+	}))
+}
+
+func (s *Service) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
+
+type httpError struct {
+	status int
+	code   string
+	msg    string
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+func badValue(msg string) error { return &httpError{http.StatusBadRequest, "invalid_value", msg} }
+
+func found(v any, ok bool, msg string) (any, error) {
+	if !ok {
+		return nil, &httpError{http.StatusNotFound, "not_found", msg}
+	}
+	return v, nil
+}
+
+// view answers with fn's view of the {run}'s current model.
+func (s *Service) view(fn func(*Model, *http.Request) (any, error)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		run := r.PathValue("run")
+		if !events.ValidRunID(run) {
+			httpx.WriteError(w, http.StatusBadRequest, "invalid_value", fmt.Sprintf("%q is not a run id", run))
+			return
+		}
+		var out any
+		err := s.follower(run).current(r.Context(), s.now(), func(m *Model) error {
+			if m.Facts() == 0 {
+				return &httpError{http.StatusNotFound, "not_found", fmt.Sprintf("run %s has no facts", run)}
+			}
+			var err error
+			out, err = fn(m, r)
+			return err
+		})
+		s.answer(w, out, err)
+	})
+}
+
+func (s *Service) answer(w http.ResponseWriter, out any, err error) {
+	var he *httpError
+	switch {
+	case err == nil:
+		w.Header().Set("Cache-Control", "no-store")
+		httpx.WriteJSON(w, http.StatusOK, out)
+	case asHTTP(err, &he):
+		httpx.WriteError(w, he.status, he.code, he.msg)
+	default:
+		if s.Logger != nil {
+			s.Logger.Error("explore query failed", "err", err)
+		}
+		httpx.WriteError(w, http.StatusInternalServerError, "internal", err.Error())
+	}
+}
+
+func asHTTP(err error, he **httpError) bool {
+	e, ok := err.(*httpError)
+	*he = e
+	return ok
+}
+
+func (s *Service) follower(run string) *follower {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.runs == nil {
+		s.runs = map[string]*follower{}
+	}
+	f := s.runs[run]
+	if f == nil {
+		f = &follower{kc: s.Kafka, run: run}
+		s.runs[run] = f
+	}
+	return f
+}
+
+// runList answers the runs list, limited to the token's run scope.
+func (s *Service) runList(w http.ResponseWriter, r *http.Request) {
+	infos, err := s.Runs.Runs()
+	if err != nil {
+		s.answer(w, nil, err)
+		return
+	}
+	if p := auth.FromContext(r.Context()); p != nil {
+		infos = slices.DeleteFunc(infos, func(ri projector.RunInfo) bool { return !p.InScope(ri.Run) })
+	}
+	out := []RunSummary{}
+	for _, ri := range infos {
+		err := s.follower(ri.Run).current(r.Context(), s.now(), func(m *Model) error {
+			out = append(out, m.Summary(s.now()))
+			return nil
+		})
+		if err != nil {
+			s.answer(w, nil, err)
+			return
+		}
+	}
+	s.answer(w, map[string]any{"runs": out}, nil)
+}
+
+func serveAsset(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("file")
+	b, err := fs.ReadFile(Assets(), name)
+	if err != nil {
+		httpx.WriteError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no asset %q", name))
+		return
+	}
+	ct := mime.TypeByExtension(path.Ext(name))
+	if ct == "" {
+		ct = "application/octet-stream"
+	}
+	w.Header().Set("Content-Type", ct)
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	// Nothing the page loads may come from elsewhere.
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; script-src 'self'")
+	_, _ = w.Write(b)
+}

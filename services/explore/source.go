@@ -1,0 +1,130 @@
+package explore
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
+	"github.com/rolloutledger/rolloutledger/replay"
+)
+
+// Load builds the model of a recorded history: an archive or the topics
+// as [replay.Source] reads them.
+func Load(ctx context.Context, src replay.Source) (*Model, error) {
+	m := NewModel(src.Run())
+	err := src.Facts(ctx, func(f replay.Fact) error {
+		ev := f.Event
+		if ev.Type == "" {
+			var err error
+			if ev, err = events.Decode(f.Value); err != nil {
+				return nil // the fold skips what does not decode; so does the model
+			}
+		}
+		m.Fact(f.Partition, f.Offset, f.Value, ev)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = src.Decisions(ctx, func(r replay.Recorded) error { return m.Decision(r.Value) })
+	return m, err
+}
+
+// follower keeps one run's model current with the topics: each refresh
+// reads what was appended to the run's partitions since the last.
+type follower struct {
+	kc  kafkalog.Config
+	run string
+
+	mu        sync.Mutex
+	m         *Model
+	factsNext int64
+	decNext   int64
+	refreshed time.Time
+}
+
+// minRefresh bounds how often a follower asks Kafka for more: the views
+// poll, and many readers of one run share each refresh.
+const minRefresh = 300 * time.Millisecond
+
+// current returns the model, first reading what the topics gained since
+// the last refresh. The model is the caller's only while it holds f.mu:
+// fn runs under it.
+func (f *follower) current(ctx context.Context, now time.Time, fn func(*Model) error) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.m == nil || now.Sub(f.refreshed) >= minRefresh {
+		if err := f.refresh(ctx); err != nil {
+			return err
+		}
+		f.refreshed = now
+	}
+	return fn(f.m)
+}
+
+func (f *follower) refresh(ctx context.Context) error {
+	if f.m == nil {
+		f.m = NewModel(f.run)
+	}
+	// Decisions' end first: every decision read then was caused by a fact
+	// written before the facts' end, read next, so the model always has a
+	// decision's fact before the decision.
+	decPart, decEnd, err := partitionEnd(ctx, f.kc, f.kc.DecisionsTopic(), f.run)
+	if err != nil {
+		return err
+	}
+	factsPart, factsEnd, err := partitionEnd(ctx, f.kc, f.kc.FactsTopic(), f.run)
+	if err != nil {
+		return err
+	}
+	err = kafkalog.ReadPartition(ctx, f.kc, f.kc.FactsTopic(), factsPart, f.factsNext, factsEnd, func(msg kafkalog.Message) error {
+		f.factsNext = msg.Offset + 1
+		if !mayBeOf(msg.Value, f.run) {
+			return nil
+		}
+		ev, err := events.Decode(msg.Value)
+		if err != nil || ev.Run != f.run {
+			return nil
+		}
+		f.m.Fact(int32(msg.Partition), msg.Offset, msg.Value, ev)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return kafkalog.ReadPartition(ctx, f.kc, f.kc.DecisionsTopic(), decPart, f.decNext, decEnd, func(msg kafkalog.Message) error {
+		f.decNext = msg.Offset + 1
+		if !mayBeOf(msg.Value, f.run) {
+			return nil
+		}
+		return f.m.Decision(msg.Value)
+	})
+}
+
+// mayBeOf is false for a canonical record that names another run, which
+// need not be decoded.
+func mayBeOf(value []byte, run string) bool {
+	const head = len(`{"id":"`) + 36
+	const mid = `","run":"`
+	if len(value) < head+len(mid) || !bytes.HasPrefix(value, []byte(`{"id":"`)) || string(value[head:head+len(mid)]) != mid {
+		return true
+	}
+	rest := value[head+len(mid):]
+	return bytes.HasPrefix(rest, []byte(run+`"`))
+}
+
+func partitionEnd(ctx context.Context, kc kafkalog.Config, topic, run string) (int, int64, error) {
+	ends, err := kafkalog.EndOffsets(ctx, kc, topic)
+	if err != nil {
+		return 0, 0, fmt.Errorf("explore: %s: %w", topic, err)
+	}
+	if len(ends) == 0 {
+		return 0, 0, fmt.Errorf("explore: topic %s has no partitions", topic)
+	}
+	p := kafkalog.PartitionOf([]byte(run), len(ends))
+	return p, ends[p], nil
+}

@@ -1,0 +1,465 @@
+// rolloutledger run explorer. Plain JavaScript, no dependencies, nothing
+// fetched from anywhere but the page's own origin (or, in a static bundle,
+// its own data/ scripts). Views are routed by the URL's hash, so every view
+// has a deep link; a view of a live run re-reads its data every few seconds.
+"use strict";
+
+const RL = (window.RL = window.RL || {});
+RL.timings = {};
+const POLL_MS = Number(new URLSearchParams(location.search).get("poll")) || 2000;
+
+// ---- data: the API, or a static bundle's scripts ----
+// A bundle's data/index.js, loaded before this script, sets RL_BUNDLE_INDEX.
+const bundle = window.RL_BUNDLE_INDEX || null; // {run, files}
+const store = {};
+const waiting = {};
+window.RL_PUT = (path, v) => { store[path] = v; (waiting[path] || []).forEach((f) => f(v)); delete waiting[path]; };
+
+class HTTPError extends Error {
+  constructor(status, body) { super((body && body.error && body.error.message) || "HTTP " + status); this.status = status; }
+}
+
+function get(path) {
+  if (bundle) {
+    if (store[path]) return Promise.resolve(store[path]);
+    const file = bundle.files[path];
+    if (!file) return Promise.reject(new HTTPError(404, { error: { message: "not in this bundle: " + path } }));
+    return new Promise((resolve, reject) => {
+      (waiting[path] = waiting[path] || []).push(resolve);
+      const s = document.createElement("script");
+      s.src = file;
+      s.onerror = () => reject(new HTTPError(404, { error: { message: "missing bundle file " + file } }));
+      document.head.appendChild(s);
+    });
+  }
+  const t0 = performance.now();
+  const headers = {};
+  const tok = sessionStorage.getItem("rl-token");
+  if (tok) headers.Authorization = "Bearer " + tok;
+  return fetch(path.split("/").map((s, i) => (i < 4 ? s : encodeURIComponent(s))).join("/"), { headers, cache: "no-store" })
+    .then((r) => r.json().catch(() => null).then((b) => {
+      RL.fetchMs = performance.now() - t0;
+      if (!r.ok) throw new HTTPError(r.status, b);
+      return b;
+    }));
+}
+
+// ---- helpers ----
+const $ = (s, el = document) => el.querySelector(s);
+const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
+const num = (x, d = 3) => (x == null ? "–" : Number.isInteger(x) ? String(x) : Number(x).toFixed(d));
+const pct = (x) => (x == null ? "–" : (100 * x).toFixed(1) + "%");
+const enc = encodeURIComponent;
+const runBase = (run) => "/v1/runs/" + run + "/explore";
+const link = (href, text) => `<a href="${esc(href)}">${esc(text)}</a>`;
+const hRun = (r) => "#/runs/" + enc(r);
+const hStep = (r, s) => hRun(r) + "/steps/" + s;
+const hGroup = (r, g) => hRun(r) + "/groups/" + enc(g);
+const hAttempt = (r, a) => hRun(r) + "/attempts/" + enc(a);
+const hTask = (r, t) => hRun(r) + "/tasks/" + enc(t);
+// v puts a number where the tests (and people copying) can read it exactly.
+const v = (k, x, text) => `<span data-k="${esc(k)}" data-v="${esc(x == null ? "" : String(x))}">${esc(text ?? num(x))}</span>`;
+const card = (label, k, x, text) => `<div class="card"><b>${v(k, x, text)}</b><small>${esc(label)}</small></div>`;
+function setCrumbs(parts) {
+  $("#crumbs").innerHTML = parts.map(([h, t], i) => (i < parts.length - 1 ? link(h, t) : `<span>${esc(t)}</span>`)).join("");
+}
+function ts(t) { return t && !t.startsWith("0001") ? new Date(t).toISOString().replace("T", " ").replace(/\..*/, "") : "–"; }
+
+// ---- charts: small hand-written SVG ----
+const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#f59e0b", "#7c3aed", "#0891b2", "#db2777", "#65a30d", "#9ca3af"];
+// MAX_POINTS bounds what one chart draws: a longer run is drawn in bins of
+// consecutive steps (means for rates, sums for stacked counts), a bin
+// linking to its first step; the steps table below has every step.
+const MAX_POINTS = 200;
+function binned(steps, series, stacked) {
+  if (steps.length <= MAX_POINTS) return [steps, series];
+  const w = Math.ceil(steps.length / MAX_POINTS);
+  const bs = [];
+  for (let i = 0; i < steps.length; i += w) bs.push(steps[i]);
+  const agg = (vals) => bs.map((_, j) => {
+    const part = vals.slice(j * w, j * w + w).filter((x) => x != null);
+    if (!part.length) return null;
+    const sum = part.reduce((a, b) => a + b, 0);
+    return stacked ? sum : sum / part.length;
+  });
+  return [bs, series.map((s) => ({ ...s, values: agg(s.values) }))];
+}
+function chart(title, steps, series, o = {}) {
+  [steps, series] = binned(steps, series, o.stacked);
+  const W = 420, H = 150, L = 36, R = 8, T = 8, B = 18;
+  const n = steps.length;
+  let max = o.max ?? 0;
+  series.forEach((s) => s.values.forEach((x, i) => { const y = o.stacked ? series.reduce((a, t) => a + (t.values[i] || 0), 0) : x; if (y > max) max = y; }));
+  (o.refs || []).forEach((r) => { if (r.value > max) max = r.value; });
+  if (max <= 0) max = 1;
+  const xw = (W - L - R) / Math.max(n, 1);
+  const X = (i) => L + xw * (i + 0.5);
+  const Y = (y) => T + (H - T - B) * (1 - y / max);
+  const fmt = o.pct ? (x) => (100 * x).toFixed(x * 100 < 10 ? 1 : 0) + "%" : (x) => (x >= 1000 ? (x / 1000).toFixed(1) + "k" : num(x, 2));
+  let g = `<line x1="${L}" y1="${Y(0)}" x2="${W - R}" y2="${Y(0)}" stroke="#cbd5e1"/>`;
+  g += `<text x="${L - 3}" y="${Y(max) + 8}" font-size="9" text-anchor="end" fill="#6b7580">${fmt(max)}</text><text x="${L - 3}" y="${Y(0)}" font-size="9" text-anchor="end" fill="#6b7580">0</text>`;
+  const every = Math.ceil(n / 12);
+  steps.forEach((s, i) => { if (i % every === 0) g += `<text x="${X(i)}" y="${H - 4}" font-size="9" text-anchor="middle" fill="#6b7580">${s}</text>`; });
+  if (o.stacked) {
+    const base = new Array(n).fill(0);
+    series.forEach((s, si) => s.values.forEach((x, i) => {
+      if (!x) return;
+      const y0 = Y(base[i]), y1 = Y(base[i] + x);
+      base[i] += x;
+      g += `<rect class="pt" data-step="${steps[i]}" x="${X(i) - xw * 0.35}" y="${y1}" width="${xw * 0.7}" height="${Math.max(y0 - y1, 0.5)}" fill="${s.color || COLORS[si]}"><title>step ${steps[i]} · ${esc(s.name)}: ${x}</title></rect>`;
+    }));
+  } else {
+    series.forEach((s, si) => {
+      const c = s.color || COLORS[si];
+      const pts = s.values.map((x, i) => (x == null ? null : [X(i), Y(x)])).filter(Boolean);
+      if (pts.length > 1) g += `<polyline fill="none" stroke="${c}" stroke-width="1.5" points="${pts.map((p) => p.join(",")).join(" ")}"/>`;
+      if (n <= 200) s.values.forEach((x, i) => { if (x != null) g += `<circle class="pt" data-step="${steps[i]}" cx="${X(i)}" cy="${Y(x)}" r="3" fill="${c}"><title>step ${steps[i]} · ${esc(s.name)}: ${fmt(x)}</title></circle>`; });
+    });
+  }
+  (o.refs || []).forEach((r) => {
+    g += `<line x1="${L}" x2="${W - R}" y1="${Y(r.value)}" y2="${Y(r.value)}" stroke="#6b7280" stroke-dasharray="4 3"/><text x="${W - R}" y="${Y(r.value) - 2}" font-size="9" text-anchor="end" fill="#6b7280">${esc(r.label)} ${fmt(r.value)}</text>`;
+  });
+  const legend = series.map((s, si) => `<span><i style="background:${s.color || COLORS[si]}"></i>${esc(s.name)}</span>`).join("");
+  return `<div class="chart" data-chart="${esc(o.id || title)}"><h3>${esc(title)}</h3><svg viewBox="0 0 ${W} ${H}" preserveAspectRatio="none">${g}</svg><div class="legend">${legend}</div></div>`;
+}
+// histSeries turns [{value, n}] lists per step into stacked series by value.
+function histSeries(lists) {
+  const keys = [...new Set(lists.flatMap((l) => (l || []).map((c) => c.value)))].sort((a, b) => a - b);
+  return keys.map((k, i) => ({ name: "staleness " + k, color: COLORS[i % COLORS.length], values: lists.map((l) => ((l || []).find((c) => c.value === k) || {}).n || 0) }));
+}
+
+// ---- filters on lists, kept in the hash so they are part of the deep link ----
+function filterBar(fields, q) {
+  return `<form class="filters" data-filters>${fields.map((f) => {
+    if (f.options) return `<label>${esc(f.label)} <select name="${f.name}"><option value="">any</option>${f.options.map((o) => `<option${q.get(f.name) === o ? " selected" : ""}>${esc(o)}</option>`).join("")}</select></label>`;
+    return `<label>${esc(f.label)} <input name="${f.name}" size="${f.size || 10}" value="${esc(q.get(f.name) || "")}" placeholder="${esc(f.ph || "")}"></label>`;
+  }).join("")}</form>`;
+}
+function bindFilters(root) {
+  const form = $("[data-filters]", root);
+  if (!form) return;
+  const apply = () => {
+    const [path] = location.hash.split("?");
+    const q = new URLSearchParams();
+    new FormData(form).forEach((val, k) => { if (val !== "") q.set(k, val); });
+    const h = path + (q.toString() ? "?" + q : "");
+    history.replaceState(null, "", h);
+    render(true);
+  };
+  form.addEventListener("change", apply);
+  form.addEventListener("submit", (e) => { e.preventDefault(); apply(); });
+}
+const ATTEMPT_FILTERS = (rows) => [
+  { name: "q", label: "search", ph: "attempt, group, task", size: 14 },
+  { name: "task", label: "task", options: [...new Set(rows.map((r) => r.task))].sort() },
+  { name: "outcome", label: "outcome", options: [...new Set(rows.map((r) => r.outcome))].sort() },
+  { name: "rmin", label: "reward ≥", size: 4 }, { name: "rmax", label: "≤", size: 4 },
+  { name: "drop", label: "drop reason", options: ["zero_signal", "unadmitted", "infra_lost", "fully_stale"] },
+  { name: "stale", label: "max staleness ≥", size: 3 },
+  { name: "finish", label: "finish", options: ["tool_call", "stop", "length"] },
+];
+function filterAttempts(rows, q) {
+  const f = (k) => q.get(k);
+  return rows.filter((r) => (!f("q") || (r.attempt + " " + r.group + " " + r.task).includes(f("q")))
+    && (!f("task") || r.task === f("task")) && (!f("outcome") || r.outcome === f("outcome"))
+    && (!f("rmin") || (r.reward != null && r.reward >= Number(f("rmin")))) && (!f("rmax") || (r.reward != null && r.reward <= Number(f("rmax"))))
+    && (!f("drop") || r.drop_reason === f("drop")) && (!f("stale") || (r.max_staleness != null && r.max_staleness >= Number(f("stale"))))
+    && (!f("finish") || r.finish === f("finish")));
+}
+function attemptsTable(run, rows, q, limit = 2000) {
+  const shown = filterAttempts(rows, q);
+  const body = shown.slice(0, limit).map((r) => `<tr class="click" data-href="${esc(hAttempt(run, r.attempt))}" data-row="${esc(r.attempt)}">
+    <td>${link(hAttempt(run, r.attempt), r.attempt)}</td><td>${link(hGroup(run, r.group), r.group)}</td><td>${link(hTask(run, r.task), r.task)}</td>
+    <td class="num">${r.slot}${r.retry_of ? " ↺" : ""}</td><td>${esc(r.outcome)}</td><td>${r.passed == null ? "–" : r.passed ? '<span class="ok">pass</span>' : '<span class="bad">fail</span>'}</td>
+    <td class="num">${v("score", r.score)}</td><td class="num">${v("bonus", r.bonus)}</td><td class="num">${v("reward", r.reward)}</td><td class="num">${v("advantage", r.advantage)}</td>
+    <td class="num">${r.turns}</td><td class="num">${r.completion_tokens}</td><td class="num">${r.max_staleness ?? "–"}</td><td>${esc(r.finish)}</td>
+    <td>${r.batch ? link(hStep(run, r.batch), "batch " + r.batch) : esc(r.drop_reason || "")}</td></tr>`).join("");
+  return `<div class="muted" data-k="shown" data-v="${shown.length}">${shown.length} of ${rows.length} attempts${shown.length > limit ? ` (first ${limit} shown)` : ""}</div>
+  <table><thead><tr><th>attempt</th><th>group</th><th>task</th><th class="num">slot</th><th>outcome</th><th>verdict</th><th class="num">score</th><th class="num">bonus</th><th class="num">reward</th><th class="num">advantage</th><th class="num">turns</th><th class="num">tokens</th><th class="num">staleness</th><th>finish</th><th>batch</th></tr></thead><tbody>${body}</tbody></table>`;
+}
+
+// ---- views ----
+const views = {
+  async runs(q) {
+    const d = await get("/v1/explore/runs");
+    setCrumbs([["#/", "runs"]]);
+    const rows = d.runs.filter((r) => !q.get("q") || r.run.includes(q.get("q")));
+    return { data: d, html: `<h1>Runs</h1>${filterBar([{ name: "q", label: "search", ph: "run id" }], q)}
+    <table><thead><tr><th>run</th><th>status</th><th class="num">facts</th><th class="num">batches</th><th class="num">admitted</th><th class="num">rejected</th><th class="num">findings</th><th>catalogue</th><th>last activity</th></tr></thead><tbody>
+    ${rows.map((r) => `<tr class="click" data-href="${esc(hRun(r.run))}" data-row="${esc(r.run)}"><td>${link(hRun(r.run), r.run)}</td><td>${r.status === "live" ? '<span class="ok">live</span>' : "idle"}</td>
+      <td class="num">${v("facts", r.facts)}</td><td class="num">${v("batches", r.batches)}</td><td class="num">${v("tasks_admitted", r.tasks_admitted)}</td><td class="num">${v("tasks_rejected", r.tasks_rejected)}</td><td class="num">${v("findings", r.findings)}</td><td>v${r.catalogue.join(", v")}</td><td>${ts(r.last_activity)}</td></tr>`).join("")}
+    </tbody></table>${rows.length ? "" : '<p class="muted">no runs</p>'}` };
+  },
+
+  async run(q, run) {
+    const d = await get(runBase(run));
+    setCrumbs([["#/", "runs"], [hRun(run), run]]);
+    const S = d.steps, steps = S.map((s) => s.step);
+    const col = (f) => S.map(f);
+    const drops = ["zero_signal", "unadmitted", "infra_lost", "fully_stale"];
+    const dropCount = (s, r) => ((s.dropped || []).find((x) => x.name === r) || {}).n || 0;
+    const charts = [
+      chart("pass rate", steps, [{ name: "pass rate", values: col((s) => s.pass_rate) }], { pct: true, id: "pass_rate" }),
+      chart("groups dropped, by reason", steps, drops.map((r, i) => ({ name: r, color: COLORS[i + 1], values: col((s) => dropCount(s, r)) })), { stacked: true, id: "drops" }),
+      chart("zero-signal drop rate", steps, [{ name: "zero_signal", values: col((s) => s.zero_signal_rate) }], { pct: true, refs: [{ value: d.reference.zero_signal_rate, label: "recipe" }], id: "zero_signal" }),
+      chart("masked-token share", steps, [{ name: "masked tokens", color: COLORS[3], values: col((s) => s.masked_token_fraction) }], { pct: true, id: "masked" }),
+      chart("staleness in flight (attempts)", steps, histSeries(col((s) => s.in_flight)), { stacked: true, id: "in_flight" }),
+      chart("staleness in queue (attempts)", steps, histSeries(col((s) => s.in_queue)), { stacked: true, id: "in_queue" }),
+      chart("tokens per solve", steps, [{ name: "tokens/solve", color: COLORS[4], values: col((s) => s.tokens_per_solve) }], { id: "tokens_per_solve" }),
+      chart("infra-lost rate", steps, [{ name: "infra_lost", color: COLORS[1], values: col((s) => s.infra_lost_rate) }], { pct: true, refs: [{ value: d.reference.infra_lost_rate, label: "recipe" }], id: "infra_lost" }),
+      chart("admission funnel (tasks)", steps, [
+        { name: "registered", values: col((s) => s.funnel.registered) }, { name: "probed", color: COLORS[5], values: col((s) => s.funnel.probed) },
+        { name: "admitted", color: COLORS[2], values: col((s) => s.funnel.admitted) }, { name: "rejected", color: COLORS[1], values: col((s) => s.funnel.rejected) }], { id: "funnel" }),
+      chart("truncated share (trainer)", steps, [{ name: "truncated", color: COLORS[5], values: col((s) => (s.trained ? s.truncated_fraction : null)) }],
+        { pct: true, refs: [{ value: d.reference.truncated_low, label: "recipe low" }, { value: d.reference.truncated_high, label: "high" }], id: "truncated" }),
+    ];
+    const all = q.get("steps") === "all";
+    const rows = (all ? S : S.slice(0, 100)).map((s) => `<tr class="click" data-href="${esc(hStep(run, s.step))}" data-row="${s.step}"><td>${link(hStep(run, s.step), "step " + s.step)}</td>
+      <td class="num">${v("groups-" + s.step, s.groups)}</td><td class="num">${v("attempts-" + s.step, s.attempts)}</td><td class="num">${v("pass_rate-" + s.step, s.pass_rate, pct(s.pass_rate))}</td>
+      <td>${drops.map((r) => dropCount(s, r) ? `${r} ${dropCount(s, r)}` : "").filter(Boolean).join(", ") || "–"}</td>
+      <td class="num">${v("masked_token_fraction-" + s.step, s.masked_token_fraction, pct(s.masked_token_fraction))}</td><td class="num">${v("tokens_per_solve-" + s.step, s.tokens_per_solve, num(s.tokens_per_solve, 0))}</td>
+      <td class="num">${v("infra_lost_rate-" + s.step, s.infra_lost_rate, pct(s.infra_lost_rate))}</td><td class="num">${s.trained ? v("loss-" + s.step, s.loss) : "–"}</td><td>${s.trained ? (s.digest_matches ? '<span class="ok">digest ✓</span>' : '<span class="bad">digest ✗</span>') : "not trained yet"}</td></tr>`).join("");
+    return { data: d, html: `<h1>Run ${esc(run)} <span class="pill">${esc(d.status)}</span></h1>
+    <div class="cards">${card("facts", "facts", d.facts)}${card("batches sealed", "batches", d.batches)}${card("tasks admitted", "tasks_admitted", d.tasks_admitted)}${card("tasks rejected", "tasks_rejected", d.tasks_rejected)}${card("findings", "findings", d.findings)}${card("train groups in flight", "groups_in_flight", d.groups_in_flight)}${card("max staleness", "max_staleness", d.config.max_staleness)}${card("catalogue", "catalogue", d.catalogue.join(","), "v" + d.catalogue.join(", v"))}</div>
+    <p>${link(hRun(run) + "/attempts", "all attempts")} · ${link(hRun(run) + "/tasks", "all tasks")} · last activity ${ts(d.last_activity)}</p>
+    <div class="grid">${charts.join("")}</div>
+    <h2>Steps</h2><table><thead><tr><th>step</th><th class="num">groups</th><th class="num">attempts</th><th class="num">pass rate</th><th>dropped</th><th class="num">masked tokens</th><th class="num">tokens/solve</th><th class="num">infra lost</th><th class="num">loss</th><th>trainer</th></tr></thead><tbody>${rows}</tbody></table>
+    ${!all && S.length > 100 ? `<p>${link(hRun(run) + "?steps=all", "show all " + S.length + " steps")}</p>` : ""}
+    ${d.finding_list.length ? `<h2>Findings</h2><table><thead><tr><th>#</th><th>kind</th><th>fact</th><th>detail</th></tr></thead><tbody>${d.finding_list.map((f) => `<tr><td>${f.seq}</td><td>${esc(f.kind)}</td><td>${f.fact.seq}</td><td style="white-space:normal">${esc(f.detail)}${f.attempt ? " · " + link(hAttempt(run, f.attempt), f.attempt) : f.group ? " · " + link(hGroup(run, f.group), f.group) : ""}</td></tr>`).join("")}</tbody></table>` : ""}` };
+  },
+
+  async step(q, run, seq) {
+    const d = await get(runBase(run) + "/steps/" + seq);
+    setCrumbs([["#/", "runs"], [hRun(run), run], [hStep(run, seq), "step " + seq]]);
+    const rows = d.groups.flatMap((g) => g.attempts);
+    const gr = d.gradient;
+    return { data: d, html: `<h1>Step ${v("seq", d.seq)} <span class="muted">(batch ${d.seq}, trainer version ${d.trainer_version})</span></h1>
+    <p>${+seq > 1 ? link(hStep(run, +seq - 1), "← step " + (+seq - 1)) : ""} ${link(hStep(run, +seq + 1), "step " + (+seq + 1) + " →")}</p>
+    <table class="kv" style="width:auto"><tbody>
+      <tr><td>digest</td><td><code data-k="digest">${esc(d.digest)}</code></td></tr>
+      <tr><td>watermark</td><td>partition ${d.watermark.partition}, offset ${v("watermark_offset", d.watermark.offset)} (fact ${d.tree.size})</td></tr>
+      <tr><td>tree head</td><td>size ${v("tree_size", d.tree.size)}, root <code data-k="tree_root">${esc(d.tree.root)}</code></td></tr>
+      <tr><td>stats</td><td>${v("groups", d.stats.groups)} groups, ${v("attempts", d.stats.attempts)} attempts, ${v("turns", d.stats.turns)} turns (${v("trained_turns", d.stats.trained_turns)} trained), ${v("trained_tokens", d.stats.trained_tokens)} trained / ${v("masked_tokens", d.stats.masked_tokens)} masked tokens</td></tr>
+      <tr><td>gradient.applied</td><td>${gr ? `step ${v("gradient_step", gr.step)}, loss ${v("loss", gr.loss, num(gr.loss, 4))}, trained tokens ${v("gradient_trained_tokens", gr.trained_tokens)}, truncated ${v("truncated_fraction", gr.truncated_fraction, pct(gr.truncated_fraction))}, logprob gap ${esc(Object.entries(gr.logprob_gap || {}).map(([k, x]) => "s" + k + ": " + num(x, 4)).join(", ") || "–")}, version ${gr.from_version}→${gr.to_version}, fact ${gr.fact.seq} ${gr.digest_matches ? '<span class="ok">digest matches</span>' : '<span class="bad">digest differs</span>'}` : '<span class="muted" data-k="gradient_step" data-v="">not consumed yet</span>'}</td></tr>
+    </tbody></table>
+    <h2>Groups (${d.groups.length})</h2>
+    <table><thead><tr><th>group</th><th>task</th><th class="num">attempts</th><th class="num">passed</th><th>rewards</th><th>completed at</th></tr></thead><tbody>${d.groups.map((g) => `<tr class="click" data-href="${esc(hGroup(run, g.group))}" data-row="${esc(g.group)}"><td>${link(hGroup(run, g.group), g.group)}</td><td>${link(hTask(run, g.task), g.task)}</td><td class="num">${g.attempts.length}</td><td class="num">${g.attempts.filter((a) => a.passed).length}</td><td>${g.attempts.map((a) => num(a.reward, 2)).join(" ")}</td><td>${g.completed.partition}/${g.completed.offset}</td></tr>`).join("")}</tbody></table>
+    <h2>Dropped groups (${v("dropped", d.dropped.length)})</h2>
+    <table><thead><tr><th>group</th><th>task</th><th>reason</th></tr></thead><tbody>${d.dropped.map((g) => `<tr class="click" data-href="${esc(hGroup(run, g.group))}"><td>${link(hGroup(run, g.group), g.group)}</td><td>${link(hTask(run, g.task), g.task)}</td><td>${esc(g.reason)}</td></tr>`).join("")}</tbody></table>
+    <h2>Attempts</h2>${filterBar(ATTEMPT_FILTERS(rows), q)}${attemptsTable(run, rows, q)}` };
+  },
+
+  async group(q, run, id) {
+    const d = await get(runBase(run) + "/groups/" + id);
+    setCrumbs([["#/", "runs"], [hRun(run), run], ...(d.batch ? [[hStep(run, d.batch), "step " + d.batch]] : []), [hGroup(run, id), "group " + id]]);
+    const cols = d.attempts.map((a) => `<div class="col" data-row="${esc(a.attempt)}"><h3>${link(hAttempt(run, a.attempt), a.attempt)}</h3>
+      <div>slot ${v("slot-" + a.attempt, a.slot)}${a.retry_of ? ` · retry of ${link(hAttempt(run, a.retry_of), a.retry_of)}` : ""}${a.retried_by ? ` · retried by ${link(hAttempt(run, a.retried_by), a.retried_by)}` : ""}</div>
+      <div>${esc(a.outcome)} · ${a.passed == null ? "no reward" : a.passed ? '<span class="ok">passed</span>' : '<span class="bad">failed</span>'} ${a.tests_total ? `(${a.tests_passed}/${a.tests_total} tests)` : ""}</div>
+      <div>turns ${v("turns-" + a.attempt, a.turns)} · tokens ${v("tokens-" + a.attempt, a.completion_tokens)} · tools ${a.tool_calls}</div>
+      <div>reward ${v("reward-" + a.attempt, a.reward)} = score ${num(a.score)} + bonus ${num(a.bonus)}</div>
+      <div>advantage ${v("advantage-" + a.attempt, a.advantage)}</div>
+      <div class="turnbar">${Array.from({ length: Math.min(a.turns, 200) }, (_, i) => `<i class="${a.batch ? (i < a.trained_turns ? "trained" : "masked") : d.state === "dropped" ? "dropped" : ""}"></i>`).join("")}</div></div>`).join("");
+    return { data: d, html: `<h1>Group ${esc(d.group)} <span class="pill">${esc(d.state)}</span></h1>
+    <p>task ${link(hTask(run, d.task), d.task)} · ${esc(d.purpose)} · size ${d.size} · ${v("slots", d.slots)} slots, ${v("attempt_count", d.attempts.length)} attempts · started at fact ${d.started.seq}${d.closed ? " · closed: " + esc(d.closed) : ""}
+    ${d.batch ? " · used by " + link(hStep(run, d.batch), "batch " + d.batch) : ""}${d.dropped ? ` · <span class="bad">dropped: ${esc(d.dropped)}</span> (listed by batch ${d.dropped_before_batch})` : ""}</p>
+    <div class="side">${cols}</div>` };
+  },
+
+  async attempt(q, run, id) {
+    const d = await get(runBase(run) + "/attempts/" + id);
+    setCrumbs([["#/", "runs"], [hRun(run), run], ...(d.batch ? [[hStep(run, d.batch), "step " + d.batch]] : []), [hGroup(run, d.group), "group " + d.group], [hAttempt(run, id), id]]);
+    const mode = q.get("overlay") || "mask";
+    RL.attempt = d;
+    const turns = d.turn_list.map((t, i) => `<div class="turn" data-turn="${i}">
+      <div class="hd"><b>turn ${t.turn}</b><span>fact ${t.fact.seq} (${t.fact.partition}/${t.fact.offset})</span><span>${v("prompt-" + t.turn, t.prompt_tokens)} prompt · ${v("completion-" + t.turn, t.completion_tokens)} completion · ${t.cached_tokens} cached</span>
+        <span>finish ${esc(t.finish)}</span><span>${t.latency_ms} ms</span><span>versions ${t.segments.map((s) => "v" + s.policy_version + (t.judged ? " (stale " + s.staleness + (s.trained ? "" : ", masked") + ")" : "") + (s.start ? " from " + s.start : "")).join(", ")}</span></div>
+      ${t.text ? `<div class="text">${esc(t.text)}${t.text_cut ? `<span class="muted"> … ${t.text_cut} bytes cut</span>` : ""}</div>` : ""}
+      <div class="toks" data-toks="${i}" style="min-height:${t.token_ids.length ? Math.min(400, Math.ceil(t.token_ids.length / 12) * 19) : 0}px"></div>${t.token_ids.length ? "" : segBar(t)}
+      ${t.tools.map((c) => `<div class="tool">⚙ <b>${esc(c.tool)}</b> #${c.call} exit ${c.exit_code === 0 ? '<span class="ok">0</span>' : `<span class="bad">${c.exit_code}</span>`} · ${c.duration_ms} ms · ${c.output_bytes} B${c.timed_out ? ' · <span class="bad">timed out</span>' : ""}${c.background ? " · background" : ""}${c.input ? `<div class="text">${esc(c.input)}</div>` : ""}${c.output ? `<div class="text">${esc(c.output)}</div>` : ""}</div>`).join("")}
+      <div class="lineage">lineage: <span class="pill ${esc(t.lineage.state)}" data-k="lineage-${t.turn}" data-v="${esc(t.lineage.state)}">${esc(t.lineage.state)}</span> ${t.lineage.batch ? link(hStep(run, t.lineage.batch), "batch " + t.lineage.batch) : ""}${t.lineage.gradient_step != null ? " · gradient step " + t.lineage.gradient_step : ""} · ${esc(t.lineage.reason)}</div>
+      ${t.compaction ? `<div class="compaction">context compacted: ${t.compaction.tokens_before} → ${t.compaction.tokens_after} tokens (a new training segment starts)</div>` : ""}</div>`).join("");
+    return { data: d, after: () => virtualTokens(d, mode), html: `<h1>Attempt ${esc(d.attempt)}</h1>
+    <p>group ${link(hGroup(run, d.group), d.group)} · task ${link(hTask(run, d.task), d.task)} · slot ${v("slot", d.slot)}${d.retry_of ? " · retry of " + link(hAttempt(run, d.retry_of), d.retry_of) : ""} · engine ${esc(d.engine)} · vm ${esc(d.vm)} (fork ${d.fork_ms} ms) · ${esc(d.outcome)}</p>
+    <div class="cards">${card("turns", "turns", d.turns)}${card("completion tokens", "completion_tokens", d.completion_tokens)}${card("reward", "reward", d.reward)}${card("advantage", "advantage", d.advantage)}${card("score", "score", d.score)}${card("bonus", "bonus", d.bonus)}${card("batch", "batch", d.batch || null, d.batch ? "step " + d.batch : d.drop_reason || "–")}${card("gradient step", "gradient_step", d.gradient ? d.gradient.step : null)}</div>
+    <form class="filters" data-overlay>overlay: ${["mask", "logprob", "version", "none"].map((m) => `<label><input type="radio" name="overlay" value="${m}"${m === mode ? " checked" : ""}> ${m === "mask" ? "loss mask" : m === "version" ? "policy version / staleness" : m}</label>`).join(" ")}
+      <span class="muted">${mode === "mask" ? "green trains, amber masked, grey not in a batch" : mode === "logprob" ? "darker = less likely" : mode === "version" ? "hue by staleness; red beyond max_staleness " + d.config_max_staleness : ""}</span></form>
+    ${turns}` };
+  },
+
+  async attempts(q, run) {
+    const d = await get(runBase(run) + "/attempts");
+    setCrumbs([["#/", "runs"], [hRun(run), run], [hRun(run) + "/attempts", "attempts"]]);
+    return { data: d, html: `<h1>Attempts of ${esc(run)}</h1>${filterBar(ATTEMPT_FILTERS(d.attempts), q)}${attemptsTable(run, d.attempts, q)}` };
+  },
+
+  async tasks(q, run) {
+    const d = await get(runBase(run) + "/tasks");
+    setCrumbs([["#/", "runs"], [hRun(run), run], [hRun(run) + "/tasks", "tasks"]]);
+    const rows = d.tasks.filter((t) => (!q.get("q") || t.task.includes(q.get("q"))) && (!q.get("decision") || t.decision === q.get("decision")));
+    return { data: d, html: `<h1>Tasks of ${esc(run)}</h1>${filterBar([{ name: "q", label: "search", ph: "task id" }, { name: "decision", label: "admission", options: ["admitted", "rejected", "pending"] }], q)}
+    <div class="muted" data-k="shown" data-v="${rows.length}">${rows.length} of ${d.tasks.length} tasks</div>
+    <table><thead><tr><th>task</th><th>kind</th><th class="num">tier</th><th>decision</th><th class="num">probes</th><th class="num">passes</th><th class="num">probe pass rate</th><th class="num">groups</th><th class="num">attempts</th><th class="num">solved</th></tr></thead><tbody>
+    ${rows.map((t) => `<tr class="click" data-href="${esc(hTask(run, t.task))}" data-row="${esc(t.task)}"><td>${link(hTask(run, t.task), t.task)}</td><td>${esc(t.kind)}</td><td class="num">${t.tier}</td><td>${esc(t.decision)}</td><td class="num">${t.probes}</td><td class="num">${t.passes}</td><td class="num">${pct(t.pass_rate)}</td><td class="num">${t.groups}</td><td class="num">${t.attempts}</td><td class="num">${t.solved}</td></tr>`).join("")}</tbody></table>` };
+  },
+
+  async task(q, run, id) {
+    const d = await get(runBase(run) + "/tasks/" + id);
+    setCrumbs([["#/", "runs"], [hRun(run), run], [hRun(run) + "/tasks", "tasks"], [hTask(run, id), id]]);
+    return { data: d, html: `<h1>Task ${esc(d.task)} <span class="pill">${v("decision", d.decision, d.decision)}</span></h1>
+    <p>${esc(d.kind)} · tier ${d.tier} · source ${esc(d.source)} · registered at fact ${d.registered_at.seq} · gates ${d.gates.map((g) => esc(g.name) + (g.passed ? " ✓" : " ✗")).join(", ") || "–"}</p>
+    <div class="cards">${card("probes", "probes", d.probes)}${card("passes", "passes", d.passes)}${card("probe pass rate", "pass_rate", d.pass_rate, pct(d.pass_rate))}${card("decided at fact", "decided_at", d.decided_at ? d.decided_at.seq : null, d.decided_at ? `${d.decided_at.seq} (${d.decided_at.partition}/${d.decided_at.offset})` : "pending")}${card("attempts", "attempts", d.attempts)}${card("solved", "solved", d.solved)}</div>
+    ${d.prompt ? `<div class="turn"><div class="text">${esc(d.prompt)}</div></div>` : ""}
+    <h2>Groups</h2><table><thead><tr><th>group</th><th>purpose</th><th>state</th><th class="num">attempts</th><th class="num">passed</th><th>batch</th></tr></thead><tbody>
+    ${d.group_list.map((g) => `<tr class="click" data-href="${esc(hGroup(run, g.group))}" data-row="${esc(g.group)}"><td>${link(hGroup(run, g.group), g.group)}</td><td>${esc(g.purpose)}</td><td>${esc(g.state)}${g.dropped ? ": " + esc(g.dropped) : ""}</td><td class="num">${g.attempts.length}</td><td class="num">${g.attempts.filter((a) => a.passed).length}</td><td>${g.batch ? link(hStep(run, g.batch), "batch " + g.batch) : "–"}</td></tr>`).join("")}</tbody></table>` };
+  },
+};
+
+// ---- per-token overlays, rendered only for turns near the viewport ----
+let observer = null;
+function tokenColor(mode, t, i, trained, d) {
+  if (mode === "mask") return trained == null ? "#e5e7eb" : trained ? "#bbf7d0" : "#fde68a";
+  if (mode === "logprob") { const p = Math.exp(t.logprobs[i] ?? 0); const l = Math.round(55 + 45 * p); return `hsl(220,80%,${l}%)`; }
+  if (mode === "version") {
+    const seg = segAt(t.segments, i);
+    if (!seg || !t.judged) return "#e5e7eb";
+    if (seg.staleness > d.config_max_staleness) return "#fca5a5";
+    return `hsl(${140 - 20 * seg.staleness},70%,80%)`;
+  }
+  return "transparent";
+}
+// segBar draws a turn whose token ids were not inlined: its completion as
+// a bar, one piece per version segment, coloured as the loss mask.
+function segBar(t) {
+  const n = t.completion_tokens || 1;
+  const parts = t.segments.map((s, i) => {
+    const end = i + 1 < t.segments.length ? t.segments[i + 1].start : n;
+    const cls = !t.judged ? "" : s.trained ? "trained" : "masked";
+    return `<i class="${cls}" style="flex:${Math.max(end - s.start, 1)}" title="tokens ${s.start}–${end - 1}: v${s.policy_version}${t.judged ? ", staleness " + s.staleness + (s.trained ? ", trains" : ", masked") : ""}"></i>`;
+  }).join("");
+  return `<div class="segbar" data-segbar>${parts}</div><div class="muted">${t.completion_tokens} completion tokens (ids not inlined)</div>`;
+}
+function segAt(segs, i) { let s = segs[0]; for (const x of segs) { if (x.start <= i) s = x; else break; } return s; }
+function fillTurn(el, d, mode) {
+  const t = d.turn_list[Number(el.dataset.toks)];
+  if (!t.token_ids.length || el.dataset.filled === mode) return;
+  const cap = Number(el.dataset.cap || 2000);
+  const n = Math.min(t.token_ids.length, cap);
+  const out = [];
+  let seg = t.segments[0], si = 0;
+  for (let i = 0; i < n; i++) {
+    while (si + 1 < t.segments.length && t.segments[si + 1].start <= i) seg = t.segments[++si];
+    const trained = seg && t.judged ? seg.trained : null;
+    out.push(`<span style="background:${tokenColor(mode, t, i, trained, d)}">${t.token_ids[i]}</span>`);
+  }
+  if (n < t.token_ids.length) out.push(`<button data-more>show ${t.token_ids.length - n} more tokens</button>`);
+  el.innerHTML = out.join("");
+  el.dataset.filled = mode;
+  el.onmouseover = (e) => {
+    if (e.target.tagName !== "SPAN" || e.target.title) return;
+    const i = Array.prototype.indexOf.call(el.children, e.target);
+    const sg = segAt(t.segments, i);
+    e.target.title = `#${i} id ${t.token_ids[i]} · logprob ${t.logprobs[i] ?? "–"} · v${sg ? sg.policy_version : "?"}` +
+      (t.judged && sg ? ` · staleness ${sg.staleness} · loss mask ${sg.trained ? 1 : 0}` : " · not judged by a batch yet");
+  };
+  el.style.minHeight = "";
+  const more = $("[data-more]", el);
+  if (more) more.onclick = () => { el.dataset.cap = String(cap + 5000); el.dataset.filled = ""; fillTurn(el, d, mode); };
+}
+function virtualTokens(d, mode) {
+  if (observer) observer.disconnect();
+  const els = [...document.querySelectorAll("[data-toks]")];
+  const visible = els.filter((el) => { const r = el.getBoundingClientRect(); return r.bottom >= -600 && r.top <= innerHeight + 600; });
+  visible.forEach((el) => fillTurn(el, d, mode));
+  // Turns entering the viewport (with a margin) get their token spans;
+  // turns leaving it give them up, keeping their height, so the page never
+  // holds more spans than a few screens show.
+  observer = new IntersectionObserver((entries) => entries.forEach((e) => {
+    const el = e.target;
+    if (e.isIntersecting) fillTurn(el, d, mode);
+    else if (el.dataset.filled) { el.style.minHeight = el.offsetHeight + "px"; el.textContent = ""; el.dataset.filled = ""; }
+  }), { rootMargin: "600px" });
+  els.forEach((el) => observer.observe(el));
+  document.querySelectorAll("[data-overlay] input").forEach((r) => r.addEventListener("change", () => {
+    const [path] = location.hash.split("?");
+    const q = new URLSearchParams(location.hash.split("?")[1] || "");
+    q.set("overlay", r.value);
+    history.replaceState(null, "", path + "?" + q);
+    render(true);
+  }));
+}
+
+// ---- routing, rendering, live updates ----
+function route() {
+  const [path, query] = location.hash.replace(/^#/, "").split("?");
+  const q = new URLSearchParams(query || "");
+  const p = path.split("/").filter(Boolean).map(decodeURIComponent);
+  if (p[0] !== "runs" || p.length === 1) return ["runs", q, []];
+  const run = p[1];
+  if (p.length === 2) return ["run", q, [run]];
+  const kind = p[2], rest = p.slice(3).join("/");
+  const single = { steps: "step", groups: "group", attempts: "attempt", tasks: "task" }[kind];
+  if (!single) return ["notfound", q, [path]];
+  if (!rest) return [kind === "attempts" || kind === "tasks" ? kind : "notfound", q, [run]];
+  return [single, q, [run, rest]];
+}
+
+let current = { key: "", text: "" };
+let gen = 0;
+async function render(force) {
+  RL.fetchMs = 0;
+  const [name, q, args] = route();
+  const key = location.hash;
+  const my = ++gen;
+  const t0 = performance.now();
+  const main = $("#main");
+  if (!views[name]) { main.innerHTML = `<p class="err">no such view: ${esc(args[0])}</p>`; return; }
+  let out;
+  try {
+    out = await views[name](q, ...args);
+  } catch (e) {
+    if (my !== gen) return;
+    if (e.status === 401 && !bundle) { $("#tokenform").hidden = false; }
+    main.innerHTML = `<div class="err" data-error="${e.status || 0}">${esc(e.message)}</div>`;
+    document.body.dataset.view = name;
+    document.body.dataset.ready = "error";
+    return;
+  }
+  if (my !== gen) return;
+  const text = JSON.stringify(out.data);
+  if (!force && key === current.key && text === current.text) return; // nothing new
+  const scroll = key === current.key ? scrollY : 0;
+  current = { key, text };
+  main.innerHTML = out.html;
+  bindFilters(main);
+  main.querySelectorAll("tr.click").forEach((tr) => tr.addEventListener("click", (e) => { if (e.target.tagName !== "A") location.hash = tr.dataset.href; }));
+  main.querySelectorAll("svg .pt[data-step]").forEach((el) => el.addEventListener("click", () => { location.hash = hStep(args[0], el.dataset.step); }));
+  scrollTo(0, scroll);
+  const first = performance.now() - t0;
+  if (out.after) out.after();
+  requestAnimationFrame(() => {
+    RL.timings = { view: name, fetch_ms: RL.fetchMs || 0, first_ms: first, full_ms: performance.now() - t0 };
+    document.body.dataset.view = name;
+    document.body.dataset.ready = String(++RL.renders);
+    document.body.dataset.facts = out.data && out.data.facts != null ? out.data.facts : "";
+  });
+}
+RL.renders = 0;
+
+let pollTimer = null;
+function poll() {
+  clearTimeout(pollTimer);
+  if (bundle) { $("#live").textContent = "static bundle of " + bundle.run; return; }
+  pollTimer = setTimeout(async () => { if (!document.hidden) await render(false).catch(() => {}); poll(); }, POLL_MS);
+  $("#live").className = "on";
+  $("#live").textContent = "refreshing every " + POLL_MS / 1000 + " s";
+}
+
+$("#tokenform").addEventListener("submit", (e) => {
+  e.preventDefault();
+  sessionStorage.setItem("rl-token", $("#token").value.trim());
+  $("#tokenform").hidden = true;
+  render(true);
+});
+addEventListener("hashchange", () => render(true));
+if (bundle && !location.hash) location.hash = hRun(bundle.run);
+render(true).then(poll);
