@@ -33,7 +33,7 @@ func Classify(pattern string) Access {
 	switch pattern {
 	case "GET /healthz", "GET /metrics":
 		return Open
-	case "GET /ui", "GET /ui/{file}":
+	case "GET /ui", "GET /ui/{$}", "GET /ui/{file}":
 		// The explorer's page and assets: no data, which its views read
 		// from the scoped routes with the reader's token.
 		return Open

@@ -113,13 +113,15 @@ func NewServer(ln net.Listener, h http.Handler, o ServerOptions, log *slog.Logge
 // trailing slash). http.ServeMux would answer those with a redirect to the
 // cleaned path, which turns /v1/runs/../status into a request for another
 // resource; the ledger's clients never need one, so it says what was wrong
-// instead.
+// instead. The one exception is "/ui/", the run explorer's address, where
+// a trailing slash is what a person types and what relative asset links
+// need.
 func Canonical(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// The escaped form is what ServeMux matches and cleans; an escaped
 		// "%2e%2e" or "%2f" is a segment's content, for the route to judge.
 		p := r.URL.EscapedPath()
-		if p == "" || p[0] != '/' || (p != "/" && path.Clean(p) != p) {
+		if p == "" || p[0] != '/' || (p != "/" && p != "/ui/" && path.Clean(p) != p) {
 			WriteError(w, http.StatusBadRequest, "invalid_path", fmt.Sprintf("path %q is not in canonical form (no '.', '..' or empty segments, no trailing slash)", clip(p)))
 			return
 		}

@@ -25,6 +25,9 @@ func TestCanonical(t *testing.T) {
 		{"//v1/runs", http.StatusBadRequest},
 		{"/v1/runs/", http.StatusBadRequest},
 		{"/v1/runs/r/tasks/a/../b", http.StatusBadRequest},
+		{"/ui/", http.StatusTeapot}, // the explorer's address, the one trailing slash
+		{"/ui//", http.StatusBadRequest},
+		{"/ui/x/", http.StatusBadRequest},
 	} {
 		req := httptest.NewRequest(http.MethodGet, "http://x"+tc.target, nil)
 		w := httptest.NewRecorder()

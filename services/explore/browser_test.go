@@ -347,7 +347,7 @@ func TestExplorerInChromium(t *testing.T) {
 	})
 
 	b := newBrowser(t)
-	ui := s.URL() + "/ui/index.html"
+	ui := s.URL() + "/ui/"
 	// The token lives in the tab's session storage, as the token form
 	// leaves it; set it on a page of no view, which asks for nothing.
 	b.run(chromedp.Navigate(s.URL()+"/ui/index.html#/runs/-/none"), chromedp.Evaluate(`sessionStorage.setItem("rl-token", `+strconv.Quote(tokReader)+`)`, nil))

@@ -65,8 +65,11 @@ type Routes interface {
 // Register adds the explorer's routes to mux.
 func (s *Service) Register(mux Routes) {
 	mux.Handle("GET /ui", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, "/ui/index.html", http.StatusFound)
+		http.Redirect(w, r, "/ui/", http.StatusFound)
 	}))
+	// The explorer's address is /ui/: the one path with a trailing slash
+	// the server accepts (internal/httpx.Canonical).
+	mux.Handle("GET /ui/{$}", http.HandlerFunc(serveAsset))
 	mux.Handle("GET /ui/{file}", http.HandlerFunc(serveAsset))
 	mux.Handle("GET /v1/explore/runs", http.HandlerFunc(s.runList))
 	mux.Handle("GET /v1/runs/{run}/explore", s.view(func(m *Model, _ *http.Request) (any, error) { return m.RunView(s.now()), nil }))
@@ -205,6 +208,9 @@ func (s *Service) runList(w http.ResponseWriter, r *http.Request) {
 
 func serveAsset(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("file")
+	if name == "" {
+		name = "index.html"
+	}
 	b, err := fs.ReadFile(Assets(), name)
 	if err != nil {
 		httpx.WriteError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no asset %q", name))

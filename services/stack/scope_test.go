@@ -454,7 +454,7 @@ func TestEveryRunRouteIsScoped(t *testing.T) {
 			t.Errorf("route %s: scoped %v, want %v", r.Pattern, r.Scoped, names)
 		}
 		// The explorer's page and assets carry no data (docs/design.md §15.7).
-		if r.Access == auth.Open && r.Pattern != "GET /healthz" && r.Pattern != "GET /metrics" && r.Pattern != "GET /ui" && r.Pattern != "GET /ui/{file}" {
+		if r.Access == auth.Open && r.Pattern != "GET /healthz" && r.Pattern != "GET /metrics" && r.Pattern != "GET /ui" && r.Pattern != "GET /ui/{$}" && r.Pattern != "GET /ui/{file}" {
 			t.Errorf("route %s is open", r.Pattern)
 		}
 	}

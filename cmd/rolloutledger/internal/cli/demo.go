@@ -94,7 +94,7 @@ func runDemo(ctx context.Context, out io.Writer, log *slog.Logger, data string, 
 	if err := demoPostgres(ctx, out, d, res.Run); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "explorer: %s/ui/index.html#/runs/%s\n", d.stack.URL(), res.Run)
+	fmt.Fprintf(out, "explorer: %s/ui/#/runs/%s\n", d.stack.URL(), res.Run)
 	fmt.Fprintf(out, "done in %s\n", time.Since(start).Round(time.Millisecond))
 	if stay {
 		fmt.Fprintln(out, "serving the explorer until interrupted (--stay)")
