@@ -24,6 +24,10 @@ type VerifyOptions struct {
 	// Audit, when set, observes every fact and every recomputed decision:
 	// the audit report comes out of the same pass.
 	Audit *projections.Audit
+	// ScratchDir is where the fold's state is spilled, in a temporary
+	// database removed when Verify returns; empty means the system's
+	// temporary directory.
+	ScratchDir string
 }
 
 // Report is the outcome of [Verify].
@@ -157,7 +161,12 @@ func Verify(ctx context.Context, src Source, o VerifyOptions) (*Report, error) {
 	var firstDiffers *Divergence
 	var firstRecomputed []byte
 	maxSeq := map[events.Type]uint64{}
-	fold, store := projections.NewFold(rep.Run), projections.NewMemStore()
+	store, err := openScratch(o.ScratchDir)
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
+	fold := projections.NewFold(rep.Run)
 	err = factsOf(ctx, src, func(f Fact) error {
 		ds, err := fold.Apply(store, f.Record())
 		if err != nil {

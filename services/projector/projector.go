@@ -30,6 +30,7 @@ import (
 
 	"github.com/rolloutledger/rolloutledger/events"
 	"github.com/rolloutledger/rolloutledger/internal/consumer"
+	"github.com/rolloutledger/rolloutledger/internal/foldstore"
 	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/internal/telemetry"
 	"github.com/rolloutledger/rolloutledger/projections"
@@ -260,7 +261,7 @@ func (p *Projector) foldInto(b *pebble.Batch, folds map[string]*projections.Fold
 	var decided []projections.Decision
 	var causes []int
 	ws := newWindow(p.db)
-	stores := map[string]*windowStore{}
+	stores := map[string]*foldstore.PrefixStore{}
 	for i, m := range window {
 		ev, err := events.Decode(m.Value)
 		if err != nil {
@@ -280,7 +281,7 @@ func (p *Projector) foldInto(b *pebble.Batch, folds map[string]*projections.Fold
 		}
 		st := stores[ev.Run]
 		if st == nil {
-			st = ws.store(ev.Run)
+			st = stateStore(ws, ev.Run)
 			stores[ev.Run] = st
 		}
 		ds, err := f.Apply(st, projections.Record{Value: m.Value, Event: ev, Partition: int32(m.Partition), Offset: m.Offset})
@@ -311,7 +312,7 @@ func (p *Projector) foldInto(b *pebble.Batch, folds map[string]*projections.Fold
 		}
 		decided = append(decided, ds...)
 	}
-	if err := ws.flush(b); err != nil {
+	if err := ws.Flush(b); err != nil {
 		return nil, nil, err
 	}
 	return decided, causes, nil
@@ -389,10 +390,10 @@ func (p *Projector) checkSpace() error {
 // index only orders GET /v1/runs; no projection reads it.
 func noteRun(w *window, run string, at time.Time) error {
 	k := append([]byte{nsRun}, run...)
-	if _, ok, err := w.get(k); err != nil || ok {
+	if _, ok, err := w.Get(k); err != nil || ok {
 		return err
 	}
-	w.set(k, binary.BigEndian.AppendUint64(nil, uint64(at.UnixNano())))
+	w.Set(k, binary.BigEndian.AppendUint64(nil, uint64(at.UnixNano())))
 	return nil
 }
 
