@@ -61,6 +61,10 @@ type Options struct {
 	// ReplayFacts is the approximate size of the replay run [3,000,000;
 	// ~10,000 with Short].
 	ReplayFacts int
+	// ReplayMemory are the run lengths, in facts, of the replay memory
+	// figure (GroupReplayMemory) [1,000,000 and 10,000,000; 20,000 and
+	// 40,000 with Short]; setting them runs it.
+	ReplayMemory []int
 	// Command is how the report names the command that reproduces a
 	// figure, e.g. "rolloutledger bench".
 	Command string
@@ -106,14 +110,17 @@ func (o Options) Validate() error {
 		errs = append(errs, errors.New("bench: no Kafka brokers (--brokers or $KAFKA_BROKERS)"))
 	}
 	for _, g := range o.Only {
-		if !slices.Contains(Groups, g) {
-			errs = append(errs, fmt.Errorf("bench: unknown figure group %q (want some of %s)", g, strings.Join(Groups, ",")))
+		if !slices.Contains(Groups, g) && g != GroupReplayMemory {
+			errs = append(errs, fmt.Errorf("bench: unknown figure group %q (want some of %s)", g, strings.Join(append(slices.Clone(Groups), GroupReplayMemory), ",")))
 		}
 	}
 	return errors.Join(errs...)
 }
 
 func (o Options) wants(group string) bool {
+	if group == GroupReplayMemory {
+		return slices.Contains(o.Only, group) || len(o.ReplayMemory) > 0 && len(o.Only) == 0
+	}
 	return len(o.Only) == 0 || slices.Contains(o.Only, group)
 }
 
@@ -238,6 +245,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		{GroupPostgres, postgresFigures},
 		{GroupReplay, replayFigures},
 		{GroupMemory, memoryFigures},
+		{GroupReplayMemory, replayMemoryFigures},
 	}
 	var failed []error
 	for _, s := range steps {

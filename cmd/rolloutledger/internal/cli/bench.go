@@ -18,6 +18,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 		cpuProfile       string
 		short, asJSON    bool
 		runs, replayFact int
+		replayMemory     []int
 		dbURL            func() string
 	)
 	cmd := &cobra.Command{
@@ -37,6 +38,9 @@ reproduces it.
   replay      verify from an archive and from Kafka (--replay-facts), and the time
               for a FireFlash-scale run (50 M facts) extrapolated
   memory      projector resident memory vs groups in flight and run length
+  replay-memory  peak resident memory of replay --verify from an archive at
+              --replay-memory run lengths (default 1 M and 10 M facts); runs
+              only when named with --only or given --replay-memory
 
 Everything runs under its own topic prefix and Postgres schemas, which are
 removed at the end. --short runs tiny sizes once each, to check that every
@@ -52,7 +56,7 @@ figure runs (its numbers mean nothing).`,
 			}
 			o := bench.Options{
 				Brokers: kafkaConfigBrokers(cmd), DatabaseURL: dbURL(), KafkaLibs: kafkaLibs,
-				Short: short, Runs: runs, ReplayFacts: replayFact, Logger: log,
+				Short: short, Runs: runs, ReplayFacts: replayFact, ReplayMemory: replayMemory, Logger: log,
 			}
 			if only != "" {
 				for s := range strings.SplitSeq(only, ",") {
@@ -97,8 +101,9 @@ figure runs (its numbers mean nothing).`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
 	cmd.Flags().IntVar(&runs, "runs", 0, "runs per figure (default 3, 1 with --short)")
 	cmd.Flags().IntVar(&replayFact, "replay-facts", 0, "approximate size of the replay run (default 3,000,000; 10,000 with --short)")
+	cmd.Flags().IntSliceVar(&replayMemory, "replay-memory", nil, "run lengths in facts for the replay-memory figure, comma-separated (default 1000000,10000000)")
 	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
-	cmd.Flags().StringVar(&only, "only", "", "figure groups, comma-separated: "+strings.Join(bench.Groups, ","))
+	cmd.Flags().StringVar(&only, "only", "", "figure groups, comma-separated: "+strings.Join(bench.Groups, ",")+" (and "+bench.GroupReplayMemory+")")
 	return cmd
 }
 
