@@ -139,7 +139,7 @@ func Reorder(ctx context.Context, src Source, o ReorderOptions) (*ReorderReport,
 	for i := range logOrder {
 		logOrder[i] = i
 	}
-	want, err := foldFree(ctx, rep.Run, newFold, facts, logOrder, func(i int, s projections.Store, ds []projections.Decision) error {
+	want, logDigests, err := foldFree(ctx, rep.Run, newFold, facts, logOrder, nil, func(i int, s projections.Store, ds []projections.Decision) error {
 		for _, d := range ds {
 			if d.Kind == projections.KindBatchSealed {
 				sealedAt[d.Seq] = i
@@ -194,7 +194,7 @@ func Reorder(ctx context.Context, src Source, o ReorderOptions) (*ReorderReport,
 				moved++
 			}
 		}
-		got, err := foldFree(ctx, rep.Run, newFold, facts, order, nil, nil)
+		got, _, err := foldFree(ctx, rep.Run, newFold, facts, order, logDigests, nil, nil)
 		if err != nil {
 			return nil, fmt.Errorf("replay: reordering seed %d: %w", seed, err)
 		}
@@ -413,6 +413,10 @@ type freeDecision struct {
 	name    string // "batch.sealed 3", or "audit.finding late_reward"
 	data    []byte // canonical position-free data
 	samples [sha256.Size]byte
+	// digest is a batch's sealed digest; mismatch a digest-mismatch
+	// finding as concluded.
+	digest   string
+	mismatch *projections.Finding
 }
 
 // foldFree folds facts in the given order into a fresh state and returns
@@ -420,30 +424,41 @@ type freeDecision struct {
 // reached, then findings sorted (their order, and so their numbers, may
 // follow the interleaving of unrelated facts). watch, when set, sees the
 // state after each fact; end, when set, the state after the last.
-func foldFree(ctx context.Context, run string, newFold func(string) applier, facts []Fact, order []int,
-	watch func(i int, s projections.Store, ds []projections.Decision) error, end func(projections.Store) error) ([]freeDecision, error) {
+//
+// A batch's digest covers positions, so a trainer that reports the digest
+// of a batch as the log sealed it disagrees with the same batch sealed
+// in another order: under a reordering (logDigests set, the log order's
+// sealed digests by batch), a digest mismatch naming the log order's
+// digest is a position, not a difference, and is left out.
+func foldFree(ctx context.Context, run string, newFold func(string) applier, facts []Fact, order []int, logDigests map[uint64]string,
+	watch func(i int, s projections.Store, ds []projections.Decision) error, end func(projections.Store) error) ([]freeDecision, map[uint64]string, error) {
 	fold, store := newFold(run), projections.NewMemStore()
 	var ordered, findings []freeDecision
+	digests := map[uint64]string{}
 	for n, i := range order {
 		if n%4096 == 0 && ctx.Err() != nil {
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		}
 		ds, err := fold.Apply(store, facts[i].Record())
 		if err != nil {
-			return nil, fmt.Errorf("fold fact %d: %w", facts[i].Seq, err)
+			return nil, nil, fmt.Errorf("fold fact %d: %w", facts[i].Seq, err)
 		}
 		if watch != nil {
 			if err := watch(i, store, ds); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 		for _, d := range ds {
 			fd, keep, err := positionFree(d)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
+			}
+			if fd.digest != "" {
+				digests[d.Seq] = fd.digest
 			}
 			switch {
 			case !keep:
+			case fd.mismatch != nil && logDigests != nil && fd.mismatch.Got == logDigests[fd.mismatch.Batch]:
 			case d.Kind == projections.KindAuditFinding:
 				findings = append(findings, fd)
 			default:
@@ -453,13 +468,13 @@ func foldFree(ctx context.Context, run string, newFold func(string) applier, fac
 	}
 	if end != nil {
 		if err := end(store); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	slices.SortFunc(findings, func(a, b freeDecision) int {
 		return cmp.Or(cmp.Compare(a.name, b.name), bytes.Compare(a.data, b.data))
 	})
-	return append(ordered, findings...), nil
+	return append(ordered, findings...), digests, nil
 }
 
 // positionFree strips from a decision what names positions in the log
@@ -481,6 +496,7 @@ func positionFree(d projections.Decision) (fd freeDecision, keep bool, err error
 		if err != nil {
 			return fd, false, err
 		}
+		fd.digest = m.Digest
 		m.Watermark, m.Tree, m.Digest = projections.LogPosition{}, projections.TreeHead{}, ""
 		for gi := range m.Groups {
 			m.Groups[gi].Completed = projections.LogPosition{}
@@ -501,6 +517,7 @@ func positionFree(d projections.Decision) (fd freeDecision, keep bool, err error
 			return fd, false, fmt.Errorf("finding %d: %w", d.Seq, err)
 		}
 		if f.Kind == projections.FindingBatchDigestMismatch {
+			fd.mismatch = &projections.Finding{Batch: f.Batch, Got: f.Got}
 			f.Want = ""
 		}
 		if fd.data, err = events.CanonicalJSON(f); err != nil {

@@ -151,3 +151,77 @@ func TestReorderKeepsProducerAndCompletionOrder(t *testing.T) {
 		}
 	}
 }
+
+// A trainer reports the digest of a batch as the log sealed it; that
+// digest covers positions, so every reordering seals the batch under
+// another one. The check does not take that for a difference, and a
+// digest that matched no order still is one, in every order.
+func TestReorderTrainerDigest(t *testing.T) {
+	src := planSource(t, simulate.Options{Seed: 11, Tasks: 16, Steps: 2, BatchGroups: 4, MaxTurns: 40}, "reorder-digest")
+	var digest string
+	var sealedAt uint64
+	for _, r := range src.decisions {
+		info, err := parseRecorded(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Type == projections.KindBatchSealed && info.Seq == 1 {
+			m, err := projections.ManifestOf(r.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			digest, sealedAt = m.Digest, m.Tree.Size
+		}
+	}
+	if digest == "" {
+		t.Fatal("the run sealed no batch")
+	}
+	gradient := func(step int64, digest string) Fact {
+		ev := events.Event{ID: events.NewID(), Run: src.run, Type: events.TypeGradientApplied, V: 1, At: src.facts[0].Event.At, Source: "trainer",
+			Data: &events.GradientApplied{Step: step, Batch: 1, BatchDigest: digest, FromVersion: 0, ToVersion: step,
+				Loss: 0.4, TrainedTokens: 100, LogprobGap: map[string]float64{"0": 0.05}, GradNorm: 1}}
+		v, err := events.Encode(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Between two of the run's offsets (planSource uses every other).
+		return Fact{Value: v, Partition: 5, Offset: 100 + 2*int64(sealedAt) - 1 + 2*step}
+	}
+	// The trainer's report right after the seal, and a second one naming
+	// a digest no order seals.
+	facts := slices.Clone(src.facts[:sealedAt])
+	facts = append(facts, gradient(1, digest), gradient(2, "sha256:"+strings.Repeat("0", 64)))
+	facts = append(facts, src.facts[sealedAt:]...)
+	for i := range facts {
+		facts[i].Seq = uint64(i + 1)
+	}
+	m := &memSource{run: src.run, facts: facts}
+	rep, err := Reorder(context.Background(), m, ReorderOptions{Reorderings: 3, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() {
+		t.Fatalf("a reordering of a run whose trainer reported the sealed digest differs: %s", rep.Difference)
+	}
+	mismatches := 0
+	want, _, err := foldFree(context.Background(), src.run, func(run string) applier { return projections.NewFold(run) }, facts, identity(len(facts)), nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range want {
+		if d.mismatch != nil {
+			mismatches++
+		}
+	}
+	if mismatches != 1 {
+		t.Fatalf("%d digest mismatches in log order, want the one of step 2", mismatches)
+	}
+}
+
+func identity(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
