@@ -40,6 +40,10 @@ type VerifyOptions struct {
 	// Audit, when set, observes every fact and every recomputed decision:
 	// the audit report comes out of the same pass.
 	Audit *projections.Audit
+	// ScratchDir is where the fold's state is spilled, in a temporary
+	// database removed when Verify returns; empty means the system's
+	// temporary directory.
+	ScratchDir string
 }
 
 // Report is the outcome of [Verify].
@@ -189,9 +193,14 @@ func Verify(ctx context.Context, src Source, o VerifyOptions) (*Report, error) {
 	var firstDiffers *Divergence
 	var firstRecomputed []byte
 	maxSeq := map[events.Type]uint64{}
+	store, err := openScratch(o.ScratchDir)
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
 	// Fold with the configuration the run recorded, not this build's
 	// defaults (docs/design.md §4.3).
-	fold, store := projections.NewFoldWith(rep.Run, projections.FoldOptions{Recorded: config}), projections.NewMemStore()
+	fold := projections.NewFoldWith(rep.Run, projections.FoldOptions{Recorded: config})
 	err = factsOf(ctx, src, func(f Fact) error {
 		ds, err := fold.Apply(store, f.Record())
 		if err != nil {

@@ -264,7 +264,11 @@ func WhatIf(ctx context.Context, src Source, o Overrides) (*WhatIfResult, error)
 		return nil, fmt.Errorf("replay: the what-if config is invalid: %w", err)
 	}
 	fold := projections.NewFoldWith(src.Run(), projections.FoldOptions{Config: o.Apply})
-	store := projections.NewMemStore()
+	store, err := openScratch("")
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
 	err = factsOf(ctx, src, func(f Fact) error {
 		ds, err := fold.Apply(store, f.Record())
 		if err != nil {

@@ -31,6 +31,7 @@ import (
 	"github.com/rolloutledger/rolloutledger/internal/testenv"
 	"github.com/rolloutledger/rolloutledger/replay"
 	"github.com/rolloutledger/rolloutledger/services/explore"
+	"github.com/rolloutledger/rolloutledger/services/explore/recorded"
 	"github.com/rolloutledger/rolloutledger/services/stack"
 )
 
@@ -691,7 +692,7 @@ func TestExplorerBundle(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if m, err = explore.Load(context.Background(), a); err != nil {
+		if m, err = recorded.Load(context.Background(), a); err != nil {
 			t.Fatal(err)
 		}
 		_, ok := m.StepView(2)

@@ -9,30 +9,7 @@ import (
 
 	"github.com/rolloutledger/rolloutledger/events"
 	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
-	"github.com/rolloutledger/rolloutledger/replay"
 )
-
-// Load builds the model of a recorded history: an archive or the topics
-// as [replay.Source] reads them.
-func Load(ctx context.Context, src replay.Source) (*Model, error) {
-	m := NewModel(src.Run())
-	err := src.Facts(ctx, func(f replay.Fact) error {
-		ev := f.Event
-		if ev.Type == "" {
-			var err error
-			if ev, err = events.Decode(f.Value); err != nil {
-				return nil // the fold skips what does not decode; so does the model
-			}
-		}
-		m.Fact(f.Partition, f.Offset, f.Value, ev)
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	err = src.Decisions(ctx, func(r replay.Recorded) error { return m.Decision(r.Value) })
-	return m, err
-}
 
 // follower keeps one run's model current with the topics: each refresh
 // reads what was appended to the run's partitions since the last.

@@ -30,6 +30,7 @@ import (
 
 	"github.com/rolloutledger/rolloutledger/events"
 	"github.com/rolloutledger/rolloutledger/internal/consumer"
+	"github.com/rolloutledger/rolloutledger/internal/foldstore"
 	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/internal/telemetry"
 	"github.com/rolloutledger/rolloutledger/projections"
@@ -222,20 +223,63 @@ func (s store) Open(_ context.Context, parts []kafkalog.TopicPartition) (consume
 	if err != nil {
 		return nil, nil, err
 	}
-	sess := &session{p: s.p, part: parts[0].Partition, folds: map[string]*projections.Fold{}}
+	sess := newSession(s.p, parts[0].Partition)
 	return sess, map[kafkalog.TopicPartition]consumer.Stored{parts[0]: {Next: next}}, nil
 }
 
-// session folds one partition. It keeps the runs' folds between windows:
-// a fold holds no state of its own besides what it reads from the Store.
+// session folds one partition. It keeps the runs' folds between windows
+// — a fold holds nothing of its own besides a cache of what it reads from
+// the Store — and lets a run's fold go once the run has been idle for
+// idleWindows windows, so that a partition that has seen many runs holds
+// only those in flight. Evicting a fold changes no decision: the next
+// record of the run makes a new one over the same stored state.
 type session struct {
 	p     *Projector
 	part  int
 	folds map[string]*projections.Fold
+	// windows counts the windows folded; seen is, per run key, the last
+	// window that held a record of it.
+	windows     uint64
+	seen        map[string]uint64
+	idleWindows uint64
+}
+
+// idleWindows is how many windows without a record of a run its fold is
+// kept for.
+const idleWindows = 512
+
+func newSession(p *Projector, part int) *session {
+	return &session{p: p, part: part, folds: map[string]*projections.Fold{}, seen: map[string]uint64{}, idleWindows: idleWindows}
 }
 
 func (s *session) Apply(ctx context.Context, w *consumer.Window) error {
-	return s.p.foldWindow(ctx, s.part, s.folds, w)
+	if err := s.p.foldWindow(ctx, s.part, s.folds, w); err != nil {
+		return err
+	}
+	s.evictIdle(w.Records)
+	return nil
+}
+
+// evictIdle notes the runs a folded window held — by record key, the run
+// ingest keys a fact with — and drops the folds of runs idle since
+// idleWindows windows.
+func (s *session) evictIdle(window []kafkalog.Message) {
+	s.windows++
+	for _, m := range window {
+		if s.seen[string(m.Key)] != s.windows {
+			s.seen[string(m.Key)] = s.windows
+		}
+	}
+	for run := range s.folds {
+		if s.windows-s.seen[run] >= s.idleWindows {
+			delete(s.folds, run)
+		}
+	}
+	for run, last := range s.seen {
+		if s.windows-last >= s.idleWindows {
+			delete(s.seen, run)
+		}
+	}
 }
 
 func (s *session) Close() error { return nil }
@@ -308,7 +352,7 @@ func (p *Projector) foldInto(b *pebble.Batch, folds map[string]*projections.Fold
 	var decided []projections.Decision
 	var causes []int
 	ws := newWindow(p.db)
-	stores := map[string]*windowStore{}
+	stores := map[string]*foldstore.PrefixStore{}
 	for i, m := range window {
 		ev, err := events.Decode(m.Value)
 		if err != nil {
@@ -339,7 +383,7 @@ func (p *Projector) foldInto(b *pebble.Batch, folds map[string]*projections.Fold
 		}
 		st := stores[ev.Run]
 		if st == nil {
-			st = ws.store(ev.Run)
+			st = stateStore(ws, ev.Run)
 			stores[ev.Run] = st
 		}
 		ds, err := f.Apply(st, projections.Record{Value: m.Value, Event: ev, Partition: int32(m.Partition), Offset: m.Offset})
@@ -370,7 +414,7 @@ func (p *Projector) foldInto(b *pebble.Batch, folds map[string]*projections.Fold
 		}
 		decided = append(decided, ds...)
 	}
-	if err := ws.flush(b); err != nil {
+	if err := ws.Flush(b); err != nil {
 		return nil, nil, err
 	}
 	return decided, causes, nil
@@ -448,10 +492,10 @@ func (p *Projector) checkSpace() error {
 // index only orders GET /v1/runs; no projection reads it.
 func noteRun(w *window, run string, at time.Time) error {
 	k := append([]byte{nsRun}, run...)
-	if _, ok, err := w.get(k); err != nil || ok {
+	if _, ok, err := w.Get(k); err != nil || ok {
 		return err
 	}
-	w.set(k, binary.BigEndian.AppendUint64(nil, uint64(at.UnixNano())))
+	w.Set(k, binary.BigEndian.AppendUint64(nil, uint64(at.UnixNano())))
 	return nil
 }
 

@@ -74,6 +74,10 @@ type Options struct {
 	// AnalystsKeep keeps the schema holding the loaded run (and the
 	// views of 00002 with AnalystsBefore), to query it by hand.
 	AnalystsKeep bool
+	// ReplayMemory are the run lengths, in facts, of the replay memory
+	// figure (GroupReplayMemory) [1,000,000 and 10,000,000; 20,000 and
+	// 40,000 with Short]; setting them runs it.
+	ReplayMemory []int
 	// Command is how the report names the command that reproduces a
 	// figure, e.g. "rolloutledger bench".
 	Command string
@@ -137,8 +141,8 @@ func (o Options) Validate() error {
 		errs = append(errs, errors.New("bench: no Kafka brokers (--brokers or $KAFKA_BROKERS)"))
 	}
 	for _, g := range o.Only {
-		if !slices.Contains(Groups, g) {
-			errs = append(errs, fmt.Errorf("bench: unknown figure group %q (want some of %s)", g, strings.Join(Groups, ",")))
+		if !slices.Contains(Groups, g) && g != GroupReplayMemory {
+			errs = append(errs, fmt.Errorf("bench: unknown figure group %q (want some of %s)", g, strings.Join(append(slices.Clone(Groups), GroupReplayMemory), ",")))
 		}
 	}
 	return errors.Join(errs...)
@@ -147,6 +151,9 @@ func (o Options) Validate() error {
 func (o Options) wants(group string) bool {
 	if group == GroupAnalysts {
 		return slices.Contains(o.Only, group)
+	}
+	if group == GroupReplayMemory {
+		return slices.Contains(o.Only, group) || len(o.ReplayMemory) > 0 && len(o.Only) == 0
 	}
 	return len(o.Only) == 0 || slices.Contains(o.Only, group)
 }
@@ -274,6 +281,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		{GroupMemory, memoryFigures},
 		{GroupTokens, tokenFigures},
 		{GroupAnalysts, analystsFigures},
+		{GroupReplayMemory, replayMemoryFigures},
 	}
 	var failed []error
 	for _, s := range steps {

@@ -33,10 +33,13 @@ func TestMain(m *testing.M) {
 
 // kafkaLibs is where scripts/services.sh installs Apache Kafka's jars.
 func kafkaLibs(t *testing.T) string {
-	if d := os.Getenv("KAFKA_LIBS"); d != "" {
-		return d
+	for _, env := range []string{"KAFKA_LIBS", "ROLLOUTLEDGER_KAFKA_LIBS"} {
+		if d := os.Getenv(env); d != "" {
+			return d
+		}
 	}
-	d, _ := filepath.Abs(filepath.Join("..", "..", ".services", "kafka", "libs"))
+	// This package is four levels under the repository's root.
+	d, _ := filepath.Abs(filepath.Join("..", "..", "..", "..", ".services", "kafka", "libs"))
 	if jars, _ := filepath.Glob(filepath.Join(d, "kafka-tools-*.jar")); len(jars) == 0 {
 		if testenv.InCI() {
 			t.Fatalf("CI=true and Apache Kafka's jars are not in %s", d)

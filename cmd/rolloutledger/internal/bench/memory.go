@@ -41,12 +41,18 @@ type sample struct {
 
 // IsChild reports whether this process was started as the memory figure's
 // child.
-func IsChild() bool { return os.Getenv(ChildEnv) == "projector-rss" }
+func IsChild() bool {
+	v := os.Getenv(ChildEnv)
+	return v == "projector-rss" || v == replayChild
+}
 
 // RunChild is the memory figure's child: it runs a projector over the
 // one-partition facts topic named by its environment until it folded the
 // given number of facts, printing its resident memory at every tenth.
 func RunChild(ctx context.Context, out io.Writer) error {
+	if os.Getenv(ChildEnv) == replayChild {
+		return runReplayChild(ctx, json.NewEncoder(out))
+	}
 	end, err := strconv.ParseInt(os.Getenv(childEnd), 10, 64)
 	if err != nil {
 		return fmt.Errorf("%s: %w", childEnd, err)

@@ -22,6 +22,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 		analystsFacts    int
 		analystsBefore   bool
 		analystsKeep     bool
+		replayMemory     []int
 		dbURL            func() string
 	)
 	cmd := &cobra.Command{
@@ -46,6 +47,9 @@ reproduces it.
               bytes per token in the facts log, Pebble and Postgres
   analysts    every query of docs/analysts.md over one run of --analysts-facts facts
               (only when named in --only: it loads tens of millions of rows)
+  replay-memory  peak resident memory of replay --verify from an archive at
+              --replay-memory run lengths (default 1 M and 10 M facts); runs
+              only when named with --only or given --replay-memory
 
 Everything runs under its own topic prefix and Postgres schemas, which are
 removed at the end. --short runs tiny sizes once each, to check that every
@@ -61,7 +65,7 @@ figure runs (its numbers mean nothing).`,
 			}
 			o := bench.Options{
 				Brokers: kafkaConfigBrokers(cmd), DatabaseURL: dbURL(), KafkaLibs: kafkaLibs,
-				Short: short, Runs: runs, ReplayFacts: replayFact, Python: python, Logger: log,
+				Short: short, Runs: runs, ReplayFacts: replayFact, Python: python, ReplayMemory: replayMemory, Logger: log,
 				AnalystsFacts: analystsFacts, AnalystsBefore: analystsBefore, AnalystsKeep: analystsKeep,
 			}
 			if only != "" {
@@ -112,7 +116,8 @@ figure runs (its numbers mean nothing).`,
 	cmd.Flags().BoolVar(&analystsKeep, "analysts-keep", false, "keep the Postgres schema of the analysts' run (logged) to query it by hand; drop it yourself")
 	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	cmd.Flags().StringVar(&python, "python", "python3", "Python interpreter with the SDK, NumPy and pyarrow, for the trainer-fetch figure")
-	cmd.Flags().StringVar(&only, "only", "", "figure groups, comma-separated: "+strings.Join(bench.Groups, ","))
+	cmd.Flags().IntSliceVar(&replayMemory, "replay-memory", nil, "run lengths in facts for the replay-memory figure, comma-separated (default 1000000,10000000)")
+	cmd.Flags().StringVar(&only, "only", "", "figure groups, comma-separated: "+strings.Join(bench.Groups, ",")+" (and "+bench.GroupReplayMemory+")")
 	return cmd
 }
 

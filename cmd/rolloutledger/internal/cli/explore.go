@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rolloutledger/rolloutledger/services/explore"
+	"github.com/rolloutledger/rolloutledger/services/explore/recorded"
 )
 
 func newExploreCmd(g *globals) *cobra.Command {
@@ -34,7 +35,7 @@ server and nothing fetched from the network: for auditors, and for sharing.`,
 			return err
 		}
 		start := time.Now()
-		m, err := explore.Load(ctx, src)
+		m, err := recorded.Load(ctx, src)
 		if err != nil {
 			return err
 		}

@@ -97,10 +97,11 @@ func isTerminal(w io.Writer) bool {
 
 func newReplayCmd(g *globals) *cobra.Command {
 	var verify, asJSON bool
-	var asOf uint64
+	var asOf, seed uint64
 	var whatIf string
+	var reorder int
 	cmd := &cobra.Command{
-		Use:   "replay --run R [--archive F] --verify | --as-of-step K | --what-if key=value,...",
+		Use:   "replay --run R [--archive F] --verify | --as-of-step K | --what-if key=value,... | --reorder N [--seed S]",
 		Short: "Re-fold a run from Kafka or an archive and verify every recorded decision",
 		Long: `replay reads a run back — from Kafka, or from an archive with --archive — and
 re-folds every fact with the rules of the run's recorded rule version.
@@ -115,23 +116,37 @@ re-folds every fact with the rules of the run's recorded rule version.
                        settings (group_size, batch_groups, min_group,
                        max_staleness, pass_band=LOW:HIGH, min_probes,
                        enforce_admission, partial_credit_cap, efficiency_weight,
-                       advantage), step by step against the recorded ones`,
+                       advantage), step by step against the recorded ones
+  --reorder N          re-fold the run under N seeded reorderings the contract
+                       allows (each producer's order and the order of the
+                       group-completing facts kept) and compare the decisions
+                       with their log positions stripped; exit 1 naming the
+                       first difference: decision, field and seed. The i-th
+                       reordering uses seed S+i (--seed, default 1)`,
 		Args: cobra.NoArgs,
 	}
 	sf := addSourceFlags(cmd)
 	cmd.Flags().BoolVar(&verify, "verify", false, "verify every recorded decision and tree head")
 	cmd.Flags().Uint64Var(&asOf, "as-of-step", 0, "show the state when batch K was sealed")
 	cmd.Flags().StringVar(&whatIf, "what-if", "", "re-fold with these settings (key=value,...) and diff the batches")
+	cmd.Flags().IntVar(&reorder, "reorder", 0, "re-fold under N seeded reorderings allowed by the contract and compare the decisions")
+	cmd.Flags().Uint64Var(&seed, "seed", 1, "the seed of the first reordering (with --reorder)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of text")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		modes := 0
-		for _, on := range []bool{verify, asOf > 0, whatIf != ""} {
+		for _, on := range []bool{verify, asOf > 0, whatIf != "", cmd.Flags().Changed("reorder")} {
 			if on {
 				modes++
 			}
 		}
 		if modes != 1 {
-			return errors.New("give exactly one of --verify, --as-of-step K, --what-if key=value,...")
+			return errors.New("give exactly one of --verify, --as-of-step K, --what-if key=value,..., --reorder N")
+		}
+		if cmd.Flags().Changed("reorder") && reorder < 1 {
+			return fmt.Errorf("--reorder %d: give at least 1 reordering", reorder)
+		}
+		if cmd.Flags().Changed("seed") && !cmd.Flags().Changed("reorder") {
+			return errors.New("--seed goes with --reorder")
 		}
 		var overrides replay.Overrides
 		if whatIf != "" {
@@ -162,6 +177,22 @@ re-folds every fact with the rules of the run's recorded rule version.
 			}
 			if !rep.OK() {
 				return &exitError{code: 1, err: errors.New(verdictLine(rep))}
+			}
+			return nil
+		case reorder > 0:
+			rep, err := replay.Reorder(ctx, src, replay.ReorderOptions{Reorderings: reorder, Seed: seed})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if err := printJSON(g.stdout, rep); err != nil {
+					return err
+				}
+			} else {
+				printReorder(g.stdout, rep)
+			}
+			if !rep.OK() {
+				return &exitError{code: 1, err: errors.New(reorderVerdict(rep))}
 			}
 			return nil
 		case asOf > 0:
@@ -370,4 +401,31 @@ func namedList(c projections.NamedCounts) string {
 		parts[i] = fmt.Sprintf("%s %d", n.Name, n.N)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// reorderVerdict is the one-line verdict of a reorder check.
+func reorderVerdict(rep *replay.ReorderReport) string {
+	if rep.OK() {
+		return fmt.Sprintf("OK: %d reorderings of run %s gave the log order's %d position-free decisions", len(rep.Seeds), rep.Run, rep.Decisions)
+	}
+	return "DIFFERS: " + rep.Difference.String()
+}
+
+func printReorder(w io.Writer, rep *replay.ReorderReport) {
+	fmt.Fprintf(w, "replay --reorder of run %s\n", rep.Run)
+	fmt.Fprintf(w, "  source        %s\n", rep.Source)
+	fmt.Fprintf(w, "  facts         %d from %d producers; %d groups, %d completing facts kept in order\n", rep.Facts, rep.Producers, rep.Groups, rep.Completions)
+	fmt.Fprintf(w, "  decisions     %d position-free (checkpoints left out) compared per reordering\n", rep.Decisions)
+	if n := len(rep.Seeds); n > 0 {
+		fmt.Fprintf(w, "  reorderings   %d, seeds %d..%d; facts moved %d..%d, delivered before their cause %d..%d\n", n, rep.Seeds[0], rep.Seeds[n-1],
+			slices.Min(rep.Moved), slices.Max(rep.Moved), slices.Min(rep.Inverted), slices.Max(rep.Inverted))
+	}
+	if d := rep.Difference; d != nil {
+		fmt.Fprintf(w, "  first difference under seed %d\n    decision    %s\n", d.Seed, d.Decision)
+		if d.Field != "" {
+			fmt.Fprintf(w, "    field       %s\n", d.Field)
+		}
+		fmt.Fprintf(w, "    in log order %s\n    reordered    %s\n", d.InLog, d.Reordered)
+	}
+	fmt.Fprintf(w, "verdict: %s\n", reorderVerdict(rep))
 }

@@ -97,8 +97,20 @@ func TestReplayCommands(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &wi) != nil || len(wi.Steps) == 0 || !wi.Steps[0].Same {
 		t.Errorf("replay --what-if with the recorded setting --json: exit %d, %.300s", code, out)
 	}
+	code, out, errs = run(t, "replay", "--archive", arch, "--reorder", "3", "--seed", "7")
+	if code != 0 || !strings.Contains(out, "seeds 7..9") || !strings.Contains(out, "verdict: OK: 3 reorderings") {
+		t.Errorf("replay --reorder: exit %d\n%s%s", code, out, errs)
+	}
+	code, out, _ = run(t, "replay", "--archive", arch, "--reorder", "1", "--json")
+	var ro replay.ReorderReport
+	if code != 0 || json.Unmarshal([]byte(out), &ro) != nil || !ro.OK() || ro.Decisions == 0 {
+		t.Errorf("replay --reorder --json: exit %d, %.300s", code, out)
+	}
 	for _, bad := range [][]string{
 		{"replay", "--archive", arch},
+		{"replay", "--archive", arch, "--reorder", "0"},
+		{"replay", "--archive", arch, "--verify", "--seed", "3"},
+		{"replay", "--archive", arch, "--verify", "--reorder", "2"},
 		{"replay", "--archive", arch, "--verify", "--as-of-step", "1"},
 		{"replay", "--archive", arch, "--what-if", "bogus=1"},
 		{"replay", "--archive", arch, "--run", "another-run", "--verify"},
