@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 
 	"github.com/rolloutledger/rolloutledger/events"
 )
@@ -17,6 +18,44 @@ type Record struct {
 	Event     events.Event // decoded Value
 	Partition int32
 	Offset    int64
+	// Digests, when set, are HashValue(Value), computed ahead of the fold
+	// (by a pool of goroutines, say): the fold then hashes nothing itself.
+	// The zero value means "not computed"; the fold computes them.
+	Digests Digests
+}
+
+// Digests are the two SHA-256 digests the fold takes of a record value:
+// its plain SHA-256, which the duplicate check keeps (docs/design.md §5.4),
+// and its fact-tree leaf hash, SHA-256(0x00 || value) (§9). Only
+// [HashValue] makes them, so a set Digests is always the digests of some
+// value; that it is the record's own is the caller's to keep (hash the
+// value the record carries, and do not change it afterwards).
+type Digests struct {
+	sum, leaf [sha256.Size]byte
+	set       bool
+}
+
+// HashValue computes the digests of a record value.
+func HashValue(value []byte) Digests {
+	d := Digests{sum: sha256.Sum256(value), set: true}
+	h := digests.Get().(hash.Hash)
+	h.Reset()
+	h.Write(leafPrefix[:])
+	h.Write(value)
+	h.Sum(d.leaf[:0])
+	digests.Put(h)
+	return d
+}
+
+// Set reports whether d was computed.
+func (d *Digests) Set() bool { return d.set }
+
+// Leaf is the leaf hash (nil when d was not computed).
+func (d *Digests) Leaf() []byte {
+	if !d.set {
+		return nil
+	}
+	return d.leaf[:]
 }
 
 // ErrWrongRun is returned by [Fold.Apply] for a record of another run. The
@@ -92,13 +131,19 @@ func (f *Fold) Apply(s Store, r Record) ([]Decision, error) {
 		}
 	}
 
-	c := &applyCtx{run: f.run, s: s, ev: ev, override: f.override, recorded: f.recorded, cache: &f.cache}
+	// The digests a caller computed are of r.Value; a value encoded here
+	// from r.Event is hashed here.
+	dg := r.Digests
+	if !dg.set || len(r.Value) == 0 {
+		dg = HashValue(value)
+	}
+	c := &applyCtx{run: f.run, s: s, ev: ev, override: f.override, recorded: f.recorded, cache: &f.cache, digests: &dg}
 	if err := c.loadHeader(); err != nil {
 		return nil, err
 	}
 	c.h.facts++
 	c.pos = FactPosition{Seq: c.h.facts, Partition: r.Partition, Offset: r.Offset}
-	if err := c.appendLeaf(value); err != nil {
+	if err := c.appendLeaf(dg.leaf[:]); err != nil {
 		return nil, err
 	}
 
@@ -152,6 +197,8 @@ type applyCtx struct {
 	override func(*events.Config)
 	recorded *events.Config
 	cache    *treeCache
+	// digests are the record value's (see HashValue).
+	digests *Digests
 }
 
 func (c *applyCtx) apply(value []byte) error {
@@ -196,7 +243,7 @@ func (c *applyCtx) apply(value []byte) error {
 // already applied (docs/design.md §5.4): identical bytes are dropped silently,
 // different bytes are a conflicting duplicate and ignored as well.
 func (c *applyCtx) dedup(value []byte) (bool, error) {
-	sum := sha256.Sum256(value)
+	sum := c.digests.sum
 	key := eventKey(c.ev.ID)
 	prev, ok, err := c.s.Get(key)
 	if err != nil {

@@ -165,7 +165,7 @@ func decodeTree(b []byte) (*Tree, error) {
 // appendLeaf adds the record being applied to the run's fact tree. The
 // tree's size must be the fact sequence number before this record: a state
 // written before the fold kept a tree cannot be continued.
-func (c *applyCtx) appendLeaf(value []byte) error {
+func (c *applyCtx) appendLeaf(leaf []byte) error {
 	b, ok, err := c.s.Get([]byte(keyTree))
 	if err != nil {
 		return err
@@ -183,7 +183,7 @@ func (c *applyCtx) appendLeaf(value []byte) error {
 		c.cache.tree = nil
 		return fmt.Errorf("%w: the fact tree holds %d leaves at fact %d (state from a build without the tree: rebuild it)", ErrCorruptState, t.Size(), c.pos.Seq)
 	}
-	t.AppendValue(value)
+	t.Append(leaf)
 	c.tree = t
 	c.cache.tree, c.cache.enc = t, t.appendEncoded(c.cache.enc[:0])
 	return c.s.Set([]byte(keyTree), c.cache.enc)

@@ -6,11 +6,15 @@ import (
 	"sync"
 
 	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/projections"
 )
 
 // Decoding a fact costs about as much as folding it, and the fold is
 // sequential; so a pass decodes ahead, on the other cores, in batches, and
-// hands the facts to the fold in their order.
+// hands the facts to the fold in their order. The workers also take the
+// fact's two digests (projections.HashValue), once: the fold's duplicate
+// check, its fact tree and the history check all use those, so the fold's
+// goroutine hashes no fact.
 
 const (
 	decodeBatch      = 256     // facts per batch
@@ -37,10 +41,14 @@ func decoded(ctx context.Context, produce func(ctx context.Context, emit func(Fa
 		wg.Go(func() {
 			for j := range jobs {
 				for i := range j.facts {
-					if j.facts[i].Event.Type == "" {
-						if ev, err := events.Decode(j.facts[i].Value); err == nil {
-							j.facts[i].Event = ev
+					f := &j.facts[i]
+					if f.Event.Type == "" {
+						if ev, err := events.Decode(f.Value); err == nil {
+							f.Event = ev
 						}
+					}
+					if len(f.Value) > 0 {
+						f.digests = projections.HashValue(f.Value)
 					}
 				}
 				close(j.done)

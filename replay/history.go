@@ -115,7 +115,7 @@ func (h *historyCheck) close() {
 // fact is called after f was folded into store.
 func (h *historyCheck) fact(f Fact, store projections.Store) error {
 	if h.leaves != nil {
-		b := projections.LeafHash(f.Value)
+		b := f.leaf()
 		a, ok, err := h.leaves.next()
 		if err != nil {
 			return err

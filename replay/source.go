@@ -25,11 +25,22 @@ type Fact struct {
 	// keyed says the Kafka record carried the run as its key (the Kafka
 	// source's own bookkeeping).
 	keyed bool
+	// digests are Value's, when a decode worker computed them ahead of
+	// the fold (see decoded).
+	digests projections.Digests
 }
 
 // Record is the fact as the fold takes it.
 func (f Fact) Record() projections.Record {
-	return projections.Record{Value: f.Value, Event: f.Event, Partition: f.Partition, Offset: f.Offset}
+	return projections.Record{Value: f.Value, Event: f.Event, Partition: f.Partition, Offset: f.Offset, Digests: f.digests}
+}
+
+// leaf is the fact's leaf hash, computed once.
+func (f *Fact) leaf() []byte {
+	if f.digests.Set() {
+		return f.digests.Leaf()
+	}
+	return projections.LeafHash(f.Value)
 }
 
 // Recorded is a decision as it was recorded: its value and where it was on

@@ -284,6 +284,32 @@ func (s *session) evictIdle(window []kafkalog.Message) {
 
 func (s *session) Close() error { return nil }
 
+// Prepare decodes and hashes a window's records ahead of its Apply, while
+// the consumer's previous window is still being folded, emitted and
+// committed (consumer.Preparer): the next window is cut and decoded in
+// that time instead of after it, which is what a batch's seal latency
+// waited for. Decoding reads no state; Apply folds what Prepare made, in
+// order, exactly as it would have decoded it.
+func (s *session) Prepare(w *consumer.Window) { w.Prepared = prepare(w.Records) }
+
+// prepared is a record decoded (or refused) and hashed ahead of the fold.
+type prepared struct {
+	ev      events.Event
+	err     error
+	digests projections.Digests
+}
+
+func prepare(window []kafkalog.Message) []prepared {
+	out := make([]prepared, len(window))
+	for i, m := range window {
+		out[i].ev, out[i].err = events.Decode(m.Value)
+		if out[i].err == nil {
+			out[i].digests = projections.HashValue(m.Value)
+		}
+	}
+	return out
+}
+
 func offsetKey(topic string, part int) []byte {
 	k := append([]byte{nsOffset}, topic...)
 	k = append(k, 0)
@@ -307,7 +333,8 @@ func (p *Projector) foldWindow(ctx context.Context, part int, folds map[string]*
 	defer span.End()
 	b := p.db.NewBatch()
 	defer b.Close()
-	decided, causes, err := p.foldInto(b, folds, window)
+	pre, _ := w.Prepared.([]prepared)
+	decided, causes, err := p.foldPrepared(b, folds, window, pre)
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, "fold failed")
@@ -349,12 +376,28 @@ func (p *Projector) foldWindow(ctx context.Context, part int, folds map[string]*
 // reads and writes its state in a window over the database, which goes
 // into b once, at the end.
 func (p *Projector) foldInto(b *pebble.Batch, folds map[string]*projections.Fold, window []kafkalog.Message) ([]projections.Decision, []int, error) {
+	return p.foldPrepared(b, folds, window, nil)
+}
+
+// foldPrepared is foldInto with the records decoded ahead (pre, one per
+// record of window), or decoded here when pre is nil.
+func (p *Projector) foldPrepared(b *pebble.Batch, folds map[string]*projections.Fold, window []kafkalog.Message, pre []prepared) ([]projections.Decision, []int, error) {
 	var decided []projections.Decision
 	var causes []int
 	ws := newWindow(p.db)
 	stores := map[string]*foldstore.PrefixStore{}
+	if len(pre) != len(window) {
+		pre = nil
+	}
 	for i, m := range window {
-		ev, err := events.Decode(m.Value)
+		var ev events.Event
+		var err error
+		var dg projections.Digests
+		if pre != nil {
+			ev, err, dg = pre[i].ev, pre[i].err, pre[i].digests
+		} else {
+			ev, err = events.Decode(m.Value)
+		}
 		if err != nil {
 			// Ingest only appends valid facts; a record that does not
 			// decode was written around it. It is skipped, not folded, and
@@ -386,7 +429,7 @@ func (p *Projector) foldInto(b *pebble.Batch, folds map[string]*projections.Fold
 			st = stateStore(ws, ev.Run)
 			stores[ev.Run] = st
 		}
-		ds, err := f.Apply(st, projections.Record{Value: m.Value, Event: ev, Partition: int32(m.Partition), Offset: m.Offset})
+		ds, err := f.Apply(st, projections.Record{Value: m.Value, Event: ev, Partition: int32(m.Partition), Offset: m.Offset, Digests: dg})
 		if err != nil {
 			return nil, nil, fmt.Errorf("fold %s at %d/%d: %w", ev.Run, m.Partition, m.Offset, err)
 		}

@@ -43,6 +43,7 @@ type payload struct {
 // makePayload builds turn.generated facts whose inline completion tokens
 // bring the canonical record to about size bytes: the shape of a real
 // turn with token ids and logprobs (docs/design.md §1.2: 10–50 KB for long turns).
+// A negative size asks for -size completion tokens a turn instead.
 func makePayload(size, distinct, perBody int) (*payload, error) {
 	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	mk := func(run string, turn, tokens int) events.Event {
@@ -64,6 +65,10 @@ func makePayload(size, distinct, perBody int) (*payload, error) {
 	}
 	base, per := enc(mk("r", 1, 0)), float64(enc(mk("r", 1, 400))-enc(mk("r", 1, 0)))/400
 	tokens := max(0, int(float64(size-base)/per))
+	if size < 0 { // -size completion tokens a turn
+		tokens = -size
+		size = enc(mk("r", 1, tokens))
+	}
 	p := &payload{size: size, perBody: perBody}
 	for i := range distinct {
 		run := fmt.Sprintf("bench-ingest-%02d", i%ingestRuns)
@@ -94,19 +99,19 @@ func ingestFigures(ctx context.Context, e *env) ([]*Figure, error) {
 	for _, sz := range []struct {
 		name          string
 		size, perBody int
-	}{{"1KiB", 1 << 10, 64}, {"16KiB", 16 << 10, 8}} {
+	}{{"1KiB", 1 << 10, 64}, {"16KiB", 16 << 10, 8}, {"2K-token v2 turn", -2000, 8}} {
+		p, err := makePayload(sz.size, 256, sz.perBody)
+		if err != nil {
+			return nil, err
+		}
 		total := 160 << 20 // bytes per run
-		if sz.size > 4096 {
+		if p.size > 4096 {
 			total = 256 << 20
 		}
 		if e.o.Short {
 			total = 1 << 20
 		}
-		n := total / sz.size
-		p, err := makePayload(sz.size, 256, sz.perBody)
-		if err != nil {
-			return nil, err
-		}
+		n := total / p.size
 		n = max(sz.perBody, n/sz.perBody*sz.perBody)
 		http := &Figure{Name: "ingest POST /v1/events, " + sz.name + " events", Unit: "events/s",
 			Command: e.cmd(GroupIngest),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"time"
@@ -93,7 +94,73 @@ func replayFigures(ctx context.Context, e *env) ([]*Figure, error) {
 		ff.Runs = append(ff.Runs, fireFlashFacts/fromArchive.Runs[i]/60)
 		ffk.Runs = append(ffk.Runs, fireFlashFacts/fromKafka.Runs[i]/60)
 	}
-	return []*Figure{fromArchive, fromKafka, export, ff, ffk}, nil
+	figs := []*Figure{fromArchive, fromKafka, export, ff, ffk}
+	tok, err := replayTokenFigures(ctx, e, dir)
+	if err != nil {
+		return nil, err
+	}
+	return append(figs, tok...), nil
+}
+
+// tokenReplayOptions sizes a run whose turns carry their tokens inline
+// (version 2: base64 token ids and logprobs).
+func tokenReplayOptions(short bool) simulate.Options {
+	if short {
+		return simulate.Options{Seed: 43, Tasks: 8, Steps: 1, BatchGroups: 4, Tokens: true}
+	}
+	return simulate.Options{Seed: 43, Tasks: 48, Steps: 4, BatchGroups: 16, Tokens: true}
+}
+
+// replayTokenFigures verifies a run with inline tokens from an archive, in
+// MB/s of the archive file, beside sha256sum reading and hashing the same
+// file: the floor any verification that reads every byte pays.
+func replayTokenFigures(ctx context.Context, e *env, dir string) ([]*Figure, error) {
+	o := tokenReplayOptions(e.o.Short)
+	run := "bench-replay-tokens"
+	kc := e.kafka("replay-tokens", 1)
+	facts, err := seedReplay(ctx, kc, o, run)
+	if err != nil {
+		return nil, err
+	}
+	arch := filepath.Join(dir, run+".rla")
+	ks, err := replay.OpenKafka(ctx, kc, run)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := replay.Export(ctx, ks, arch, replay.ExportOptions{}); err != nil {
+		return nil, err
+	}
+	st, err := os.Stat(arch)
+	if err != nil {
+		return nil, err
+	}
+	mb := float64(st.Size()) / 1e6
+	cmd := e.cmd(GroupReplay) + " ; rolloutledger replay verify"
+	verify := &Figure{Name: "replay verify from an archive, inline v2 tokens", Unit: "MB/s", Command: cmd,
+		Note: fmt.Sprintf("replay.Verify of a %d-fact simulated run with inline token ids and logprobs (turn.generated v2, up to 2,000 completion tokens a turn) from a %.0f MB archive, MB of the archive file per second", facts, mb)}
+	sum := &Figure{Name: "sha256sum of the same archive file", Unit: "MB/s", Command: "sha256sum <archive>",
+		Note: "coreutils sha256sum of the archive file above, in the page cache (each run after a verify read it)"}
+	for i := range e.o.Runs {
+		e.log.Info("replay verify, inline tokens", "run", i+1, "facts", facts)
+		runtime.GC()
+		a, err := replay.OpenArchive(arch)
+		if err != nil {
+			return nil, err
+		}
+		start := time.Now()
+		if _, err := timeVerify(ctx, a); err != nil {
+			return nil, err
+		}
+		verify.Runs = append(verify.Runs, mb/time.Since(start).Seconds())
+		start = time.Now()
+		if out, err := exec.CommandContext(ctx, "sha256sum", arch).CombinedOutput(); err != nil {
+			sum.Skipped, sum.Note = true, fmt.Sprintf("sha256sum: %v: %s", err, out)
+			continue
+		}
+		sum.Runs = append(sum.Runs, mb/time.Since(start).Seconds())
+	}
+	verify.link = func(map[string]*Figure) { verify.against(sum, 0.30, ">= 30% of sha256sum") }
+	return []*Figure{verify, sum}, nil
 }
 
 func timeVerify(ctx context.Context, src replay.Source) (float64, error) {
