@@ -124,9 +124,15 @@ func StartKafkaCluster(t testing.TB) *KafkaCluster {
 		c.brokers = append(c.brokers, b)
 		voters = append(voters, fmt.Sprintf("%d@127.0.0.1:%d", b.id, b.ctrl))
 	}
+	// A random id, as kafka-storage random-uuid makes; one that begins
+	// with '-' would be read as an option by the tool's argument parser
+	// (one run in 64), so the first byte is drawn again until it does not.
 	var id [16]byte
-	_, _ = rand.Read(id[:])
-	clusterID := base64.RawURLEncoding.EncodeToString(id[:])
+	clusterID := "-"
+	for clusterID[0] == '-' {
+		_, _ = rand.Read(id[:])
+		clusterID = base64.RawURLEncoding.EncodeToString(id[:])
+	}
 	var wg sync.WaitGroup
 	errs := make([]error, 3)
 	for i, b := range c.brokers {
