@@ -9,6 +9,7 @@ PostgreSQL database; the schema the tests create is dropped at the end.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -88,9 +89,20 @@ def exported(binary, tmp_path_factory):
                       archive=base / "run.rla", schema=schema, database_url=db, binary=binary)
         ex.rl("simulate", "--url", url, "--run", ex.run, "--seed", "5", "--tasks", "16", "--steps", "3",
               "--batch-groups", "3", "--max-turns", "16", "--max-staleness", "1", "--tokens", "--trainer")
-        # Wait for the projector: verify passes once every decision is recorded.
-        deadline = time.monotonic() + 120
-        while ex.rl("replay", "--brokers", kafka, "--run", ex.run, "--verify", check=False).returncode != 0:
+        # Wait for the projector to finish: verify passes while it is still
+        # behind, and an export taken then would miss the decisions still to
+        # come. Done means verify passes and finds the same facts, the same
+        # decision records and the same uncommitted count twice in a row.
+        deadline, settled = time.monotonic() + 120, None
+        while True:
+            r = ex.rl("replay", "--brokers", kafka, "--run", ex.run, "--verify", "--json", check=False)
+            state = None
+            if r.returncode == 0:
+                rep = json.loads(r.stdout)
+                state = (rep["facts"], rep["recorded_records"], rep.get("uncommitted", 0))
+            if state is not None and state == settled:
+                break
+            settled = state
             if time.monotonic() > deadline:
                 pytest.fail("the projector did not catch up with the run within 120 s")
             time.sleep(0.5)
