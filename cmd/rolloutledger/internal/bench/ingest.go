@@ -123,18 +123,8 @@ func ingestFigures(ctx context.Context, e *env) ([]*Figure, error) {
 		perf := &Figure{Name: "kafka-producer-perf-test, " + sz.name, Unit: "records/s"}
 		for run := range e.o.Runs {
 			e.log.Info("ingest", "size", sz.name, "run", run+1)
-			if !perf.Skipped {
-				v, cmdline, err := producerPerformance(ctx, e, p, n)
-				switch {
-				case errors.Is(err, errNoKafkaLibs):
-					perf.Skipped, perf.Note, perf.Command = true, err.Error(), "java -cp '<kafka libs>/*' org.apache.kafka.tools.ProducerPerformance"
-				case err != nil:
-					return nil, err
-				default:
-					perf.Runs = append(perf.Runs, v)
-					perf.Command = cmdline
-					perf.Note = "Apache Kafka's ProducerPerformance from the same jars as the broker, on the same broker, same records (--payload-file of the canonical records above), acks=all, lz4, one producer"
-				}
+			if err := perfRun(ctx, e, p, n, perf, "Apache Kafka's ProducerPerformance from the same jars as the broker, on the same broker, same records (--payload-file of the canonical records above), acks=all, lz4, one producer"); err != nil {
+				return nil, err
 			}
 			v, err := ingestHTTP(ctx, e, p, n)
 			if err != nil {
@@ -313,4 +303,25 @@ func tail(b []byte) string {
 		s = "..." + s[len(s)-2000:]
 	}
 	return s
+}
+
+// perfRun adds one run of Apache Kafka's ProducerPerformance with the
+// records of p to perf, or marks perf skipped (for every later run too)
+// when the jars are not there; note says what was measured.
+func perfRun(ctx context.Context, e *env, p *payload, n int, perf *Figure, note string) error {
+	if perf.Skipped {
+		return nil
+	}
+	v, cmdline, err := producerPerformance(ctx, e, p, n)
+	switch {
+	case errors.Is(err, errNoKafkaLibs):
+		perf.Skipped, perf.Note, perf.Command = true, err.Error(), "java -cp '<kafka libs>/*' org.apache.kafka.tools.ProducerPerformance"
+	case err != nil:
+		return err
+	default:
+		perf.Runs = append(perf.Runs, v)
+		perf.Command = cmdline
+		perf.Note = note
+	}
+	return nil
 }

@@ -103,18 +103,8 @@ func tokenIngestFigures(ctx context.Context, e *env) ([]*Figure, error) {
 	logBytes.link = func(map[string]*Figure) { logBytes.goalAtMost(10, "<= 10 B/token") }
 	for run := range e.o.Runs {
 		e.log.Info("tokens: ingest", "run", run+1)
-		if !perf.Skipped {
-			v, cmdline, err := producerPerformance(ctx, e, p, n)
-			switch {
-			case errors.Is(err, errNoKafkaLibs):
-				perf.Skipped, perf.Note, perf.Command = true, err.Error(), "java -cp '<kafka libs>/*' org.apache.kafka.tools.ProducerPerformance"
-			case err != nil:
-				return nil, err
-			default:
-				perf.Runs = append(perf.Runs, v)
-				perf.Command = cmdline
-				perf.Note = "Apache Kafka's ProducerPerformance, same broker, the same 2K-token records (--payload-file), acks=all, lz4, one producer"
-			}
+		if err := perfRun(ctx, e, p, n, perf, "Apache Kafka's ProducerPerformance, same broker, the same 2K-token records (--payload-file), acks=all, lz4, one producer"); err != nil {
+			return nil, err
 		}
 		v, err := ingestHTTP(ctx, e, p, n)
 		if err != nil {
