@@ -595,7 +595,7 @@ type exercised struct {
 }
 
 func (x *exercised) count(r *producerRun, evs []events.Event) {
-	x.inversions += causalInversions(evs)
+	x.inversions += CausalInversions(evs)
 	side := func(log []events.Event) map[string]bool { // attempt → finished before its group's close
 		group, closed := map[string]string{}, map[string]bool{}
 		out := map[string]bool{}
@@ -645,29 +645,6 @@ func (x *exercised) count(r *producerRun, evs []events.Event) {
 	if !slices.Equal(finishes, canonicalFinishes) {
 		x.finishOrder++
 	}
-}
-
-// causalInversions counts rewards logged before their attempt.started and
-// attempts logged before their group.started.
-func causalInversions(evs []events.Event) int {
-	seen := map[string]bool{}
-	n := 0
-	for _, ev := range evs {
-		switch d := ev.Data.(type) {
-		case *events.GroupStarted:
-			seen["g:"+d.Group] = true
-		case *events.AttemptStarted:
-			seen["a:"+d.Attempt] = true
-			if !seen["g:"+d.Group] {
-				n++
-			}
-		case *events.RewardComputed:
-			if !seen["a:"+d.Attempt] {
-				n++
-			}
-		}
-	}
-	return n
 }
 
 func firstDiff(got, want []string) string {

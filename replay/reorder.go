@@ -200,7 +200,11 @@ func Reorder(ctx context.Context, src Source, o ReorderOptions) (*ReorderReport,
 		}
 		rep.Seeds = append(rep.Seeds, seed)
 		rep.Moved = append(rep.Moved, moved)
-		rep.Inverted = append(rep.Inverted, inversions(facts, order))
+		evs := make([]events.Event, len(order))
+		for j, i := range order {
+			evs[j] = facts[i].Event
+		}
+		rep.Inverted = append(rep.Inverted, projections.CausalInversions(evs))
 		if o.OnReordering != nil {
 			o.OnReordering(seed)
 		}
@@ -382,30 +386,6 @@ func interleave(after [][]int32, rng *rand.Rand) []int {
 		}
 	}
 	return order
-}
-
-// inversions counts the facts an order delivers before their cause: a
-// reward before its attempt.started, an attempt.started before its
-// group.started.
-func inversions(facts []Fact, order []int) int {
-	seen := map[string]bool{}
-	n := 0
-	for _, i := range order {
-		switch d := facts[i].Event.Data.(type) {
-		case *events.GroupStarted:
-			seen["g\x00"+d.Group] = true
-		case *events.AttemptStarted:
-			seen["a\x00"+d.Attempt] = true
-			if !seen["g\x00"+d.Group] {
-				n++
-			}
-		case *events.RewardComputed:
-			if !seen["a\x00"+d.Attempt] {
-				n++
-			}
-		}
-	}
-	return n
 }
 
 // freeDecision is a decision with the positions it quotes stripped.
