@@ -25,16 +25,31 @@ import (
 //
 // Every table is written with the same fixed writer properties, so the same
 // rows give the same bytes: format 2.6, zstd at level 3 for every column
-// (about 3× smaller than snappy on token lists, and as fast to read), the
-// dictionary for every column (ids, tools and reasons repeat), statistics
-// on, no page index or bloom filter, created_by "rolloutledger" without a
-// version, and no clock anywhere: the only key/value metadata is
+// (about 3× smaller than snappy on token lists, and as fast to read),
+// statistics on, no page index or bloom filter, created_by "rolloutledger"
+// without a version, and no clock anywhere: the only key/value metadata is
 // rolloutledger.* (run, ledger head, rule version) and the Arrow schema.
+//
+// Dictionary encoding is chosen per column, never left to the writer's
+// fallback: the columns whose values repeat (run, task, group, attempt in
+// the per-turn tables, tool, finish, reasons, small counters) are written
+// with a dictionary, the rest (sequence numbers, offsets, text, token
+// lists) plain. A column chunk whose dictionary outgrows the writer's page
+// limit switches to plain halfway, and the footer then lists two data
+// encodings for that chunk in the order of a Go map's iteration, so the
+// same rows would give different bytes from one write to the next. To make
+// that impossible, writeRows ends a row group early when any dictionary
+// column's values in it could add up to half of DictionaryLimit: a
+// dictionary holds at most the bytes of the values it was given, and no one
+// value is larger than an event (1 MiB), so no dictionary reaches the limit.
 //
 // Row groups: RowGroupRows rows for the narrow tables, SampleRowGroupRows
 // for samples, whose rows hold every token of a sample (thousands of ids,
 // log-probs and versions each): about 16–64 MiB uncompressed per group, so
 // a reader can skip and parallelize by group without a group per sample.
+
+// DictionaryLimit is the dictionary page size limit of every column chunk.
+const DictionaryLimit = 16 << 20
 
 // Row-group lengths.
 const (
@@ -74,17 +89,24 @@ func HeadsOf(runs []*Run) []Head {
 	return hs
 }
 
-func writerProps(rowGroup int64) *parquet.WriterProperties {
-	return parquet.NewWriterProperties(
+func writerProps[R any](cols []column[R], rowGroup int64) *parquet.WriterProperties {
+	opts := []parquet.WriterProperty{
 		parquet.WithVersion(parquet.V2_6),
 		parquet.WithCompression(compress.Codecs.Zstd),
 		parquet.WithCompressionLevel(3),
-		parquet.WithDictionaryDefault(true),
+		parquet.WithDictionaryDefault(false),
+		parquet.WithDictionaryPageSizeLimit(DictionaryLimit),
 		parquet.WithStats(true),
 		parquet.WithMaxRowGroupLength(rowGroup),
 		parquet.WithCreatedBy(CreatedBy),
 		parquet.WithPageIndexEnabled(false),
-	)
+	}
+	for _, c := range cols {
+		if c.dict {
+			opts = append(opts, parquet.WithDictionaryFor(c.field.Name, true))
+		}
+	}
+	return parquet.NewWriterProperties(opts...)
 }
 
 // WriteParquet writes runs' tables to dir, one file per table named
@@ -176,10 +198,31 @@ func rowsOf[R any](runs []*Run, get func(*Run) []R) iter.Seq2[*row[R], error] {
 	}
 }
 
-// column is one column of a table of R: its field and how a row fills it.
+// column is one column of a table of R: its field, how a row fills it,
+// and whether it is written with a dictionary (only scalar columns are).
 type column[R any] struct {
 	field arrow.Field
 	add   func(b array.Builder, r *row[R])
+	dict  bool
+}
+
+// dictionary marks c to be written with a dictionary.
+func dictionary[R any](c column[R]) column[R] {
+	c.dict = true
+	return c
+}
+
+// dictionaryBytes bounds what the dictionary of a builder's values can
+// hold, counted as the Parquet writer counts it: 4 bytes of length and the
+// bytes of each string, the width of each fixed-width value.
+func dictionaryBytes(b array.Builder) int {
+	switch b := b.(type) {
+	case *array.StringBuilder:
+		return b.DataLen() + 4*b.Len()
+	case *array.Int64Builder, *array.Float64Builder:
+		return 8 * b.Len()
+	}
+	return 0
 }
 
 func writeRows[R any](w io.Writer, cols []column[R], rows iter.Seq2[*row[R], error], rowGroup int, runs []*Run) (int64, error) {
@@ -188,7 +231,7 @@ func writeRows[R any](w io.Writer, cols []column[R], rows iter.Seq2[*row[R], err
 		fields[i] = c.field
 	}
 	schema := arrow.NewSchema(fields, nil)
-	fw, err := pqarrow.NewFileWriter(schema, w, writerProps(int64(rowGroup)), pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
+	fw, err := pqarrow.NewFileWriter(schema, w, writerProps(cols, int64(rowGroup)), pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
 	if err != nil {
 		return 0, err
 	}
@@ -224,7 +267,7 @@ func writeRows[R any](w io.Writer, cols []column[R], rows iter.Seq2[*row[R], err
 		}
 		n++
 		total++
-		if n == rowGroup {
+		if n == rowGroup || dictionaryFull(cols, b) {
 			if err := flush(); err != nil {
 				return 0, errors.Join(err, fw.Close())
 			}
@@ -234,4 +277,15 @@ func writeRows[R any](w io.Writer, cols []column[R], rows iter.Seq2[*row[R], err
 		return 0, errors.Join(err, fw.Close())
 	}
 	return total, fw.Close()
+}
+
+// dictionaryFull says whether a dictionary column of the row group being
+// built could, with one more row, reach DictionaryLimit.
+func dictionaryFull[R any](cols []column[R], b *array.RecordBuilder) bool {
+	for i, c := range cols {
+		if c.dict && dictionaryBytes(b.Field(i)) >= DictionaryLimit/2 {
+			return true
+		}
+	}
+	return false
 }

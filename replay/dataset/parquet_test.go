@@ -1,0 +1,89 @@
+package dataset
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/file"
+)
+
+// manyAttemptsRun is a run whose turns name 100,000 distinct attempts of
+// 200 bytes each (the longest id an event may carry): about 20 MiB of
+// dictionary candidates in one table, far past DictionaryLimit.
+func manyAttemptsRun() *Run {
+	r := &Run{Run: "run-dict"}
+	for i := range 100_000 {
+		id := fmt.Sprintf("attempt-%08d-", i)
+		id += strings.Repeat("x", 200-len(id))
+		r.Turns = append(r.Turns, &Turn{Seq: uint64(i + 1), Offset: int64(i), Attempt: id, Turn: i % 7,
+			SegmentStarts: []int64{0}, SegmentVersions: []int64{int64(i / 1000)}, Finish: "stop", Text: "t"})
+	}
+	return r
+}
+
+// A column chunk that starts with a dictionary and falls back to plain
+// lists its two data encodings in a map's order, so the footer's bytes
+// change from one write to the next. Every chunk of every column must carry
+// one data-page encoding, whatever the rows, and the same rows must give
+// the same bytes each time.
+func TestParquetOneEncodingPerChunk(t *testing.T) {
+	runs := []*Run{manyAttemptsRun()}
+	var first []byte
+	for i := range 5 {
+		var buf bytes.Buffer
+		if _, err := writeTable(&buf, "turns", runs); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = buf.Bytes()
+			checkEncodings(t, first)
+			continue
+		}
+		if !bytes.Equal(buf.Bytes(), first) {
+			t.Fatalf("write %d of the same rows gave different bytes (%d vs %d)", i+1, buf.Len(), len(first))
+		}
+	}
+}
+
+func checkEncodings(t *testing.T, data []byte) {
+	t.Helper()
+	rd, err := file.NewParquetReader(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	md := rd.MetaData()
+	if md.NumRowGroups() < 3 {
+		t.Errorf("%d row groups: the attempt column's dictionary should have cut the 100,000 rows into several", md.NumRowGroups())
+	}
+	dict := map[string]bool{}
+	for _, c := range turnColumns {
+		dict[c.field.Name] = c.dict
+	}
+	for g := range md.NumRowGroups() {
+		rg := md.RowGroup(g)
+		for c := range rg.NumColumns() {
+			cc, err := rg.ColumnChunk(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := cc.PathInSchema().String()
+			var data []parquet.Encoding
+			for _, s := range cc.EncodingStats() {
+				if fmt.Sprint(s.PageType) != "DICTIONARY_PAGE" { // the page-type enum is internal to the library
+					data = append(data, s.Encoding)
+				}
+			}
+			if len(data) != 1 {
+				t.Errorf("row group %d column %s: data pages in %d encodings %v, want one", g, name, len(data), data)
+			}
+			top := strings.SplitN(name, ".", 2)[0]
+			if got := cc.HasDictionaryPage(); got != dict[top] {
+				t.Errorf("row group %d column %s: dictionary page %v, its column says %v", g, name, got, dict[top])
+			}
+		}
+	}
+}
