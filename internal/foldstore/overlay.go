@@ -39,6 +39,9 @@ func Get(r pebble.Reader, key []byte) ([]byte, bool, error) {
 type Overlay struct {
 	db   pebble.Reader
 	vals map[string]overlayVal
+	// absent, when set, says a key is surely not in db, so Get does not
+	// read it there.
+	absent func(key []byte) bool
 }
 
 type overlayVal struct {
@@ -57,6 +60,9 @@ func NewOverlay(db pebble.Reader) *Overlay {
 func (w *Overlay) Get(key []byte) ([]byte, bool, error) {
 	if e, ok := w.vals[string(key)]; ok {
 		return e.v, e.present, nil
+	}
+	if w.absent != nil && w.absent(key) {
+		return nil, false, nil
 	}
 	v, ok, err := Get(w.db, key)
 	if err != nil {

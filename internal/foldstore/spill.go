@@ -13,8 +13,11 @@ type SpillOptions struct {
 	// Dir is where the temporary database is made; empty means the
 	// system's temporary directory.
 	Dir string
-	// CacheBytes is Pebble's block cache [32 MiB].
+	// CacheBytes is Pebble's block cache [64 MiB].
 	CacheBytes int64
+	// FilterBytes is the in-memory filter of the keys written [32 MiB],
+	// which settles most reads of keys never written without Pebble.
+	FilterBytes int
 	// MemTableBytes is the size of one memtable [16 MiB]; Pebble holds at
 	// most two.
 	MemTableBytes uint64
@@ -25,7 +28,10 @@ type SpillOptions struct {
 
 func (o SpillOptions) withDefaults() SpillOptions {
 	if o.CacheBytes <= 0 {
-		o.CacheBytes = 32 << 20
+		o.CacheBytes = 64 << 20
+	}
+	if o.FilterBytes <= 0 {
+		o.FilterBytes = 32 << 20
 	}
 	if o.MemTableBytes == 0 {
 		o.MemTableBytes = 16 << 20
@@ -42,10 +48,11 @@ func (o SpillOptions) withDefaults() SpillOptions {
 // is synced and there is no write-ahead log: the database does not outlive
 // the process that made it.
 type Spill struct {
-	dir   string
-	db    *pebble.DB
-	ov    *Overlay
-	limit int
+	dir    string
+	db     *pebble.DB
+	ov     *Overlay
+	limit  int
+	filter *keyFilter
 }
 
 // OpenSpill makes an empty Spill in a new temporary directory.
@@ -73,7 +80,17 @@ func OpenSpill(o SpillOptions) (*Spill, error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("foldstore: open scratch database in %s: %w", dir, err)
 	}
-	return &Spill{dir: dir, db: db, ov: NewOverlay(db), limit: o.OverlayKeys}, nil
+	s := &Spill{dir: dir, db: db, limit: o.OverlayKeys, filter: newKeyFilter(o.FilterBytes)}
+	s.ov = s.newOverlay()
+	return s, nil
+}
+
+// newOverlay is an empty overlay that reads the database only for keys
+// the filter does not rule out.
+func (s *Spill) newOverlay() *Overlay {
+	ov := NewOverlay(s.db)
+	ov.absent = func(k []byte) bool { return !s.filter.mayContain(k) }
+	return ov
 }
 
 // Dir is the temporary directory the database lives in.
@@ -99,7 +116,7 @@ func (s *Spill) Flush() error {
 	if err := b.Commit(pebble.NoSync); err != nil {
 		return fmt.Errorf("foldstore: %w", err)
 	}
-	s.ov = NewOverlay(s.db)
+	s.ov = s.newOverlay()
 	return nil
 }
 
@@ -116,6 +133,7 @@ func (s *Spill) Set(k, v []byte) error {
 	if err := s.spill(); err != nil {
 		return err
 	}
+	s.filter.add(k)
 	s.ov.Set(k, v)
 	return nil
 }

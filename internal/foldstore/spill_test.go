@@ -3,6 +3,7 @@ package foldstore
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"testing"
@@ -11,40 +12,71 @@ import (
 )
 
 // A Spill reads back what a MemStore does after the same writes, across
-// many flushes of its overlay to the database.
+// many flushes of its overlay to the database, whether its key filter
+// rules out most keys never written (the default) or, saturated, none.
 func TestSpillMatchesMemStore(t *testing.T) {
-	s, err := OpenSpill(SpillOptions{Dir: t.TempDir(), OverlayKeys: 7})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	m := projections.NewMemStore()
-	rng := rand.New(rand.NewPCG(1, 2))
-	key := func() []byte { return fmt.Appendf(nil, "k%03d", rng.IntN(200)) }
-	for i := range 20_000 {
-		k := key()
-		switch rng.IntN(3) {
-		case 0:
-			v := fmt.Appendf(nil, "v%d", i)
-			if err := s.Set(k, v); err != nil {
-				t.Fatal(err)
-			}
-			m.Set(k, v)
-		case 1:
-			if err := s.Delete(k); err != nil {
-				t.Fatal(err)
-			}
-			m.Delete(k)
-		default:
-			got, gok, err := s.Get(k)
+	for _, filter := range []int{0, 64} {
+		t.Run(fmt.Sprintf("filter=%d", filter), func(t *testing.T) {
+			s, err := OpenSpill(SpillOptions{Dir: t.TempDir(), OverlayKeys: 7, FilterBytes: filter})
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, wok, _ := m.Get(k)
-			if gok != wok || !bytes.Equal(got, want) {
-				t.Fatalf("op %d: Get(%s) = %q, %t; want %q, %t", i, k, got, gok, want, wok)
+			defer s.Close()
+			m := projections.NewMemStore()
+			rng := rand.New(rand.NewPCG(1, 2))
+			key := func() []byte { return fmt.Appendf(nil, "k%04d", rng.IntN(2000)) }
+			for i := range 20_000 {
+				k := key()
+				switch rng.IntN(4) {
+				case 0:
+					v := fmt.Appendf(nil, "v%d", i)
+					if err := s.Set(k, v); err != nil {
+						t.Fatal(err)
+					}
+					m.Set(k, v)
+				case 1:
+					if err := s.Delete(k); err != nil {
+						t.Fatal(err)
+					}
+					m.Delete(k)
+				default:
+					got, gok, err := s.Get(k)
+					if err != nil {
+						t.Fatal(err)
+					}
+					want, wok, _ := m.Get(k)
+					if gok != wok || !bytes.Equal(got, want) {
+						t.Fatalf("op %d: Get(%s) = %q, %t; want %q, %t", i, k, got, gok, want, wok)
+					}
+				}
 			}
+		})
+	}
+}
+
+// The key filter never rules out a key it was given, and lets through no
+// more of the others than a Bloom filter of its size should.
+func TestKeyFilter(t *testing.T) {
+	const n = 100_000
+	f := newKeyFilter(n * 2) // 128 KiB: 10.5 bits a key
+	for i := range n {
+		f.add(fmt.Appendf(nil, "event/%d", i))
+	}
+	for i := range n {
+		if !f.mayContain(fmt.Appendf(nil, "event/%d", i)) {
+			t.Fatalf("event/%d was added and is ruled out", i)
 		}
+	}
+	fp := 0
+	for i := range n {
+		if f.mayContain(fmt.Appendf(nil, "other/%d", i)) {
+			fp++
+		}
+	}
+	bitsPerKey := float64(f.mask+1) / n
+	theory := math.Pow(1-math.Exp(-filterHashes/bitsPerKey), filterHashes)
+	if rate := float64(fp) / n; rate > 1.5*theory {
+		t.Errorf("false positives %.3f%% of keys never added, want about %.3f%% (%.1f bits a key)", 100*rate, 100*theory, bitsPerKey)
 	}
 }
 
