@@ -118,26 +118,11 @@ func fieldsOf(table string) []arrow.Field {
 }
 
 func writeFileAtomic(path string, b []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	tmp, err := createBeside(path)
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name())
 	_, err = tmp.Write(b)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		return fmt.Errorf("dataset: write %s: %w", path, err)
-	}
-	return nil
+	return commitFile(tmp, path, err)
 }

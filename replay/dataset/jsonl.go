@@ -19,10 +19,7 @@ func fileOf(rel, table string, rows int64, b []byte) File {
 // writeJSONL writes one JSON line per attempt of runs to path, beside it
 // first, then renamed into place.
 func writeJSONL(path, kind string, runs []*Run, line func(*Run, *Attempt) any) (File, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return File{}, err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	tmp, err := createBeside(path)
 	if err != nil {
 		return File{}, err
 	}
@@ -44,17 +41,8 @@ func writeJSONL(path, kind string, runs []*Run, line func(*Run, *Attempt) any) (
 	if err == nil {
 		err = bw.Flush()
 	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		return File{}, fmt.Errorf("dataset: write %s: %w", path, err)
+	if err := commitFile(tmp, path, err); err != nil {
+		return File{}, err
 	}
 	return File{Path: filepath.Base(path), Table: kind, Rows: rows, Bytes: cw.n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
 }

@@ -126,10 +126,7 @@ func WriteParquet(dir string, runs []*Run) ([]File, error) {
 // writeTableFile writes one table of runs to dir/rel.
 func writeTableFile(dir, rel, table string, runs []*Run) (File, error) {
 	path := filepath.Join(dir, filepath.FromSlash(rel))
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return File{}, err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	tmp, err := createBeside(path)
 	if err != nil {
 		return File{}, err
 	}
@@ -137,17 +134,8 @@ func writeTableFile(dir, rel, table string, runs []*Run) (File, error) {
 	h := sha256.New()
 	cw := &countWriter{w: io.MultiWriter(tmp, h)}
 	rows, err := writeTable(cw, table, runs)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		return File{}, fmt.Errorf("dataset: write %s: %w", path, err)
+	if err := commitFile(tmp, path, err); err != nil {
+		return File{}, err
 	}
 	return File{Path: rel, Table: table, Rows: rows, Bytes: cw.n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
 }
