@@ -70,7 +70,15 @@ type Fold struct {
 	override func(*events.Config)
 	recorded *events.Config
 	cache    treeCache
+	// repeat says the last record applied repeated an event id applied
+	// before (see Repeat).
+	repeat bool
 }
+
+// Repeat reports whether the record of the last Apply repeated the id of
+// an event applied before, and so concluded nothing (identical bytes or a
+// conflicting duplicate alike, docs/design.md §5.4).
+func (f *Fold) Repeat() bool { return f.repeat }
 
 // NewFold returns the fold of run.
 func NewFold(run string) *Fold { return &Fold{run: run} }
@@ -137,7 +145,8 @@ func (f *Fold) Apply(s Store, r Record) ([]Decision, error) {
 	if !dg.set || len(r.Value) == 0 {
 		dg = HashValue(value)
 	}
-	c := &applyCtx{run: f.run, s: s, ev: ev, override: f.override, recorded: f.recorded, cache: &f.cache, digests: &dg}
+	f.repeat = false
+	c := &applyCtx{run: f.run, s: s, ev: ev, override: f.override, recorded: f.recorded, cache: &f.cache, digests: &dg, repeat: &f.repeat}
 	if err := c.loadHeader(); err != nil {
 		return nil, err
 	}
@@ -199,10 +208,15 @@ type applyCtx struct {
 	cache    *treeCache
 	// digests are the record value's (see HashValue).
 	digests *Digests
+	// repeat is set when the record repeats an event id (Fold.Repeat).
+	repeat *bool
 }
 
 func (c *applyCtx) apply(value []byte) error {
 	dup, err := c.dedup(value)
+	if dup && c.repeat != nil {
+		*c.repeat = true
+	}
 	if err != nil || dup {
 		return err
 	}

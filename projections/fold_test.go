@@ -27,12 +27,21 @@ func TestApplyRecords(t *testing.T) {
 	if ds, err := f.Apply(s, Record{Value: recs[0].Value}); err != nil || len(ds) != 0 {
 		t.Fatalf("value only: got %v, %v", ds, err)
 	}
+	if f.Repeat() {
+		t.Error("the first record of an id reported as a repeat")
+	}
 	if ds, err := f.Apply(s, Record{Event: recs[0].Event}); err != nil || len(ds) != 0 {
 		t.Fatalf("event only: got %v, %v (want a silent duplicate)", ds, err)
+	}
+	if !f.Repeat() {
+		t.Error("the second record of an id not reported as a repeat")
 	}
 	ds, err := f.Apply(s, Record{Value: []byte(`{"id":"nope"}`), Partition: 3, Offset: 77})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if f.Repeat() {
+		t.Error("an undecodable record after a repeat still reported as one")
 	}
 	fs := findingsOf(t, ds)
 	if len(fs) != 1 || fs[0].Kind != FindingUndecodable {

@@ -72,8 +72,11 @@ type TaskView struct {
 	Passes   int64  `json:"passes"`
 }
 
-// ViewState reads a fold's state from s.
-func ViewState(s *MemStore) (StateView, error) {
+// ViewSummary reads what a fold's header holds from s: the facts folded,
+// whether the run was configured, the decisions counted, the effective
+// config and the tree head. Unlike ViewState it lists nothing, so it reads
+// any Store, a fold state on disk included.
+func ViewSummary(s Store) (StateView, error) {
 	var v StateView
 	c := &applyCtx{s: s}
 	if err := c.loadHeader(); err != nil {
@@ -93,6 +96,19 @@ func ViewState(s *MemStore) (StateView, error) {
 			return v, err
 		}
 		v.Tree = t.Head()
+	}
+	return v, nil
+}
+
+// ViewState reads a fold's state from s.
+func ViewState(s *MemStore) (StateView, error) {
+	v, err := ViewSummary(s)
+	if err != nil {
+		return v, err
+	}
+	c := &applyCtx{s: s}
+	if err := c.loadHeader(); err != nil {
+		return v, err
 	}
 
 	for i := range c.h.open {

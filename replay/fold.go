@@ -4,25 +4,77 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/rolloutledger/rolloutledger/events"
 	"github.com/rolloutledger/rolloutledger/projections"
 )
 
-// Fold folds every fact of src, decoded ahead on the other cores, in a
-// fresh store, and calls fn with each fact and the decisions it concluded:
-// the pass every replay makes, for consumers that derive something else
-// from a run's history (exports of datasets). It returns the store after
-// the last fact, from which the final tree head and state are read.
-func Fold(ctx context.Context, src Source, fn func(Fact, []projections.Decision) error) (*projections.MemStore, error) {
-	fold, store := projections.NewFold(src.Run()), projections.NewMemStore()
-	err := factsOf(ctx, src, func(f Fact) error {
+// FoldOptions tune Fold.
+type FoldOptions struct {
+	// ScratchDir is where the fold's state is kept while it runs; empty
+	// means the system's temporary directory.
+	ScratchDir string
+}
+
+// Fold folds every fact of src, decoded ahead on the other cores, and
+// calls fn with each fact and the decisions it concluded: the pass every
+// replay makes, for consumers that derive something else from a run's
+// history (exports of datasets). Fact.Repeat is set on facts the fold
+// ignored as repeats of an event id. At the end it calls end, when given,
+// with the fold's state after the last fact (read the tree head and the
+// header there), before that state is removed.
+//
+// As Verify does, it folds under the configuration the run's decisions
+// recorded, not this build's defaults, and refuses a run whose decisions
+// were made under other rules (a RuleVersionError); and it keeps the
+// fold's state on disk (docs/design.md §14.2), so its memory does not grow
+// with the run.
+func Fold(ctx context.Context, src Source, o FoldOptions, fn func(Fact, []projections.Decision) error, end func(projections.Store) error) error {
+	config, err := decidedConfig(ctx, src)
+	if err != nil {
+		return err
+	}
+	store, err := openScratch(o.ScratchDir)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	fold := projections.NewFoldWith(src.Run(), projections.FoldOptions{Recorded: config})
+	err = factsOf(ctx, src, func(f Fact) error {
 		ds, err := fold.Apply(store, f.Record())
 		if err != nil {
 			return fmt.Errorf("replay: fold fact %d: %w", f.Seq, err)
 		}
+		f.Repeat = fold.Repeat()
 		return fn(f, ds)
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return store, nil
+	if end != nil {
+		return end(store)
+	}
+	return nil
+}
+
+// decidedConfig is the configuration the run's first recorded batch was
+// made under (nil when no decision records one), read from src's
+// decisions; a decision of other rules than this build's is a
+// RuleVersionError.
+func decidedConfig(ctx context.Context, src Source) (*events.Config, error) {
+	var config *events.Config
+	var configSeq uint64
+	err := src.Decisions(ctx, func(r Recorded) error {
+		d, err := parseRecorded(r)
+		if err != nil {
+			return fmt.Errorf("replay: %w", err)
+		}
+		if d.RuleVersion != projections.RuleVersion {
+			return &RuleVersionError{Run: src.Run(), Decision: d.ID, Recorded: d.RuleVersion}
+		}
+		if d.Config != nil && (config == nil || d.Seq < configSeq) {
+			config, configSeq = d.Config, d.Seq
+		}
+		return nil
+	})
+	return config, err
 }

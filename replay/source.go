@@ -22,6 +22,9 @@ type Fact struct {
 	// Event is the decoded Value when the source decoded it already; its
 	// zero value otherwise.
 	Event events.Event
+	// Repeat is set by Fold on a fact the fold ignored as a repeat of an
+	// event id it folded before (projections.Fold.Repeat).
+	Repeat bool
 	// keyed says the Kafka record carried the run as its key (the Kafka
 	// source's own bookkeeping).
 	keyed bool

@@ -151,6 +151,9 @@ type Options struct {
 	// Tokens keeps each turn's token ids and log-probs (the trajectory
 	// formats carry them; the tables carry the samples' instead).
 	Tokens bool
+	// ScratchDir is where the fold's state is kept on disk while the run
+	// is folded; empty means the system's temporary directory.
+	ScratchDir string
 }
 
 // Build folds src's facts with the projection rules (the replay fold) and
@@ -171,7 +174,6 @@ func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 	}
 	purposes := map[string]string{}
 	turnAt := map[projections.LogPosition]*Turn{}
-	seen := map[string]struct{}{}
 	batchOf := map[int64]*Batch{}
 	var steps []*events.GradientApplied
 	collect := func(f replay.Fact, ds []projections.Decision) error {
@@ -185,13 +187,9 @@ func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 			}
 		}()
 		ev := f.Event
-		if ev.Type == "" {
+		if ev.Type == "" || f.Repeat {
 			return nil
 		}
-		if _, dup := seen[ev.ID]; dup {
-			return nil
-		}
-		seen[ev.ID] = struct{}{}
 		switch d := ev.Data.(type) {
 		case *events.RunStarted:
 			if r.Model == "" && r.Harness == "" {
@@ -261,21 +259,18 @@ func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 		}
 		return nil
 	}
-	store, err := foldInto(ctx, src, collect)
+	var view projections.StateView
+	err := foldInto(ctx, src, o, collect, func(store projections.Store) (err error) {
+		view, err = projections.ViewSummary(store)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
 	if r.Facts == 0 {
 		return nil, fmt.Errorf("%w: %s holds none of run %s", ErrNoFacts, src.Describe(), src.Run())
 	}
-	if r.Head, err = projections.HeadOf(store); err != nil {
-		return nil, err
-	}
-	view, err := projections.ViewState(store)
-	if err != nil {
-		return nil, err
-	}
-	r.Config, r.Decisions = view.Config, view.Decisions
+	r.Head, r.Config, r.Decisions = view.Tree, view.Config, view.Decisions
 	for _, g := range steps {
 		if b := batchOf[g.Batch]; b != nil && b.Step == nil {
 			b.Step = g
@@ -289,7 +284,7 @@ func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 // another goroutine, in order: collecting rows costs a fraction of the
 // fold, and need not wait for it. An error of collect is returned once the
 // fold ends.
-func foldInto(ctx context.Context, src replay.Source, collect func(replay.Fact, []projections.Decision) error) (*projections.MemStore, error) {
+func foldInto(ctx context.Context, src replay.Source, o Options, collect func(replay.Fact, []projections.Decision) error, end func(projections.Store) error) error {
 	type item struct {
 		f  replay.Fact
 		ds []projections.Decision
@@ -309,7 +304,7 @@ func foldInto(ctx context.Context, src replay.Source, collect func(replay.Fact, 
 		done <- err
 	}()
 	buf := make([]item, 0, batch)
-	store, err := replay.Fold(ctx, src, func(f replay.Fact, ds []projections.Decision) error {
+	err := replay.Fold(ctx, src, replay.FoldOptions{ScratchDir: o.ScratchDir}, func(f replay.Fact, ds []projections.Decision) error {
 		f.Value = nil // the rows are read from the decoded event
 		if buf = append(buf, item{f, ds}); len(buf) == batch {
 			select {
@@ -320,7 +315,7 @@ func foldInto(ctx context.Context, src replay.Source, collect func(replay.Fact, 
 			buf = make([]item, 0, batch)
 		}
 		return nil
-	})
+	}, end)
 	if err == nil && len(buf) > 0 {
 		ch <- buf
 	}
@@ -328,7 +323,7 @@ func foldInto(ctx context.Context, src replay.Source, collect func(replay.Fact, 
 	if cerr := <-done; err == nil {
 		err = cerr
 	}
-	return store, err
+	return err
 }
 
 // decisions keeps the batches the fold sealed at f.

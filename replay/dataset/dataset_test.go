@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -171,6 +173,17 @@ func TestDeterministic(t *testing.T) {
 		t.Run(format, func(t *testing.T) {
 			first := exportTo(t, src, format, outPath(t.TempDir(), format))
 			want := readAll(t, first.Out)
+			// An export is for sharing: its files are readable by all, not
+			// private as the temporary files they were written to.
+			filepath.WalkDir(first.Out, func(p string, d fs.DirEntry, err error) error {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st, _ := d.Info(); d.Type().IsRegular() && st.Mode().Perm() != 0o644 {
+					t.Errorf("%s: mode %v, want -rw-r--r--", p, st.Mode().Perm())
+				}
+				return nil
+			})
 			again := exportTo(t, src, format, outPath(t.TempDir(), format))
 			sameFiles(t, "second export", readAll(t, again.Out), want)
 			fromArchive := exportTo(t, a, format, outPath(t.TempDir(), format))
@@ -364,5 +377,75 @@ func TestTextAndTokens(t *testing.T) {
 	s := tr.Steps[1].Metrics
 	if n := s.CompletionTokens; n == 0 || int64(len(s.CompletionTokenIDs)) != n || int64(len(s.Logprobs)) != n {
 		t.Errorf("first turn: %d completion tokens, %d ids, %d log-probs", n, len(s.CompletionTokenIDs), len(s.Logprobs))
+	}
+}
+
+// An export folds under the configuration the run's decisions recorded,
+// as replay does, not this build's defaults: a run.started that sets
+// nothing takes the recorded values, so the exported batches are the ones
+// the ledger sealed. A run whose decisions were made under other rules is
+// refused, not exported under these.
+func TestExportFoldsUnderRecordedConfig(t *testing.T) {
+	const run = "recorded-config"
+	plan, err := simulate.Generate(simulate.Options{Seed: 5, Tasks: 12, Steps: 3, BatchGroups: 2, MaxTurns: 12}, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorded := events.DefaultConfig()
+	recorded.BatchGroups, recorded.EfficiencyWeight, recorded.MinProbes = 2, 0.3, 2
+	m := &memSource{run: run}
+	fold, store := projections.NewFoldWith(run, projections.FoldOptions{Recorded: &recorded}), projections.NewMemStore()
+	var digests []string
+	for i, ev := range plan.All() {
+		if rs, ok := ev.Data.(*events.RunStarted); ok {
+			rs.Config = events.RunConfig{} // every field from the recorded config
+		}
+		v, err := events.Encode(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := replay.Fact{Seq: uint64(i + 1), Partition: 0, Offset: int64(i), Value: v}
+		m.facts = append(m.facts, f)
+		ds, err := fold.Apply(store, f.Record())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range ds {
+			m.decisions = append(m.decisions, replay.Recorded{Offset: int64(len(m.decisions)), Value: d.Value})
+			if d.Kind == projections.KindBatchSealed {
+				mf, err := projections.ManifestOf(d.Value)
+				if err != nil {
+					t.Fatal(err)
+				}
+				digests = append(digests, mf.Digest)
+			}
+		}
+	}
+	if len(digests) == 0 {
+		t.Fatal("the run sealed no batch under its recorded config; nothing to compare")
+	}
+	r, err := Build(context.Background(), m, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, b := range r.Batches {
+		got = append(got, b.Manifest.Digest)
+	}
+	if !slices.Equal(got, digests) {
+		t.Fatalf("exported batches %v, the ledger sealed %v", got, digests)
+	}
+	if r.Config != recorded {
+		t.Errorf("export's config %+v, recorded %+v", r.Config, recorded)
+	}
+
+	// The same decisions, as if made under other rules.
+	other := &memSource{run: run, facts: m.facts}
+	for _, d := range m.decisions {
+		v := bytes.Replace(d.Value, fmt.Appendf(nil, `"rule_version":%d`, projections.RuleVersion), []byte(`"rule_version":1`), 1)
+		other.decisions = append(other.decisions, replay.Recorded{Offset: d.Offset, Value: v})
+	}
+	if _, err := Build(context.Background(), other, Options{}); !errors.Is(err, replay.ErrRuleVersion) {
+		t.Fatalf("export of a run decided under rules v1: %v, want replay.ErrRuleVersion", err)
 	}
 }
