@@ -285,3 +285,119 @@ func TestCatalogueV2MigrationBackfills(t *testing.T) {
 		t.Fatalf("%d turns read: %v", n, rows.Err())
 	}
 }
+
+// Migration 00006's attempt_summary holds, for each attempt, its first
+// attempt.started and first reward.computed in log order, whether any
+// attempt.failed names it, and its compactions summed: from the rows stored
+// before the migration (the backfill), and then from rows inserted in any
+// order, several to a statement or one at a time (the triggers).
+func TestAttemptSummaryFirstInLogOrder(t *testing.T) {
+	url := testenv.Postgres(t)
+	schema := testenv.Schema(t, url)
+	ctx := context.Background()
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["search_path"] = schema
+	db := stdlib.OpenDB(*cfg)
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatal(err)
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS,
+		goose.WithTableName(schema+".goose_db_version"), goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 5); err != nil {
+		t.Fatal(err)
+	}
+	exec := func(q string, args ...any) {
+		t.Helper()
+		if _, err := db.ExecContext(ctx, q, args...); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	started := func(rows ...string) { // "attempt offset group"
+		var vals []string
+		for _, r := range rows {
+			var a, g string
+			var off int
+			fmt.Sscan(r, &a, &off, &g)
+			vals = append(vals, fmt.Sprintf("(gen_random_uuid(), 'r', 'e', now(), 0, %d, '%s', '%s', 'task-%s', 'eng', 'vm', %d, NULL)", off, a, g, g, off))
+		}
+		exec(`INSERT INTO attempts (event_id, run, producer, at, log_partition, log_offset, attempt, group_id, task, engine, vm, fork_ms, retry_of)
+			VALUES ` + strings.Join(vals, ", "))
+	}
+	rewarded := func(rows ...string) { // "attempt offset passed"
+		var vals []string
+		for _, r := range rows {
+			var a string
+			var off int
+			var passed bool
+			fmt.Sscan(r, &a, &off, &passed)
+			vals = append(vals, fmt.Sprintf("(gen_random_uuid(), 'r', 'v', now(), 0, %d, '%s', %t, 1, 2, 'tests')", off, a, passed))
+		}
+		exec(`INSERT INTO rewards (event_id, run, producer, at, log_partition, log_offset, attempt, passed, tests_passed, tests_total, verifier)
+			VALUES ` + strings.Join(vals, ", "))
+	}
+	failed := func(a string, off int) {
+		exec(`INSERT INTO attempt_failures (event_id, run, producer, at, log_partition, log_offset, attempt, reason)
+			VALUES (gen_random_uuid(), 'r', 'e', now(), 0, $1, $2, 'vm_lost')`, off, a)
+	}
+	compacted := func(a string, off, before, after int) {
+		exec(`INSERT INTO compactions (event_id, run, producer, at, log_partition, log_offset, attempt, turn, tokens_before, tokens_after)
+			VALUES (gen_random_uuid(), 'r', 'e', now(), 0, $1, $2, 1, $3, $4)`, off, a, before, after)
+	}
+
+	// Before the migration: a1 started twice (offset 3 is first), rewarded
+	// twice (offset 8 is first), compacted twice; a2 only failed.
+	started("a1 10 g-late", "a1 3 g-first")
+	rewarded("a1 12 false", "a1 8 true")
+	compacted("a1", 5, 100, 40)
+	compacted("a1", 6, 90, 30)
+	failed("a2", 7)
+	if _, err := pgsink.Migrate(ctx, url, schema, nil); err != nil {
+		t.Fatal(err)
+	}
+	// After it: a3's starts arrive late first, then earlier, then later
+	// still; a4's two starts and two rewards each come in one statement.
+	started("a3 20 g-20")
+	started("a3 15 g-15")
+	started("a3 30 g-30")
+	rewarded("a3 40 false")
+	rewarded("a3 33 true")
+	started("a4 50 g-50", "a4 45 g-45")
+	rewarded("a4 60 true", "a4 55 false")
+	failed("a4", 61)
+	failed("a4", 62)
+	compacted("a4", 52, 10, 4)
+	failed("a1", 70)
+	compacted("a1", 71, 50, 10)
+
+	want := []string{
+		"a1 3 g-first task-g-first 8 true true 3 240 80",
+		"a2 - - - - - true 0 0 0",
+		"a3 15 g-15 task-g-15 33 true false 0 0 0",
+		"a4 45 g-45 task-g-45 55 false true 1 10 4",
+	}
+	rows, err := db.QueryContext(ctx, `SELECT attempt, coalesce(started_offset::text, '-'), coalesce(group_id, '-'), coalesce(task, '-'),
+		coalesce(rewarded_offset::text, '-'), coalesce(passed::text, '-'), infra_failed, compactions,
+		compacted_tokens_before, compacted_tokens_after FROM attempt_summary WHERE run = 'r' ORDER BY attempt`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var got []string
+	for rows.Next() {
+		var c [10]string
+		if err := rows.Scan(&c[0], &c[1], &c[2], &c[3], &c[4], &c[5], &c[6], &c[7], &c[8], &c[9]); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, strings.Join(c[:], " "))
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("attempt_summary:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -14,8 +14,9 @@ import (
 	"github.com/rolloutledger/rolloutledger/migrations"
 )
 
-// The views migration 00005 rewrote, over the totals its triggers keep as
-// the sink inserts, answer exactly as the views of migration 00002 did
+// The views migrations 00005 and 00006 rewrote, over the totals and the
+// per-attempt rows their triggers keep as the sink inserts, answer exactly
+// as the views of migration 00002 did
 // over the rows themselves: the same rows, the same values, for a run
 // with a trainer, drops, masked turns, compactions and infra failures,
 // whose facts were all delivered twice.
@@ -77,7 +78,7 @@ func TestViewsOf00005AnswerAsThoseOf00002(t *testing.T) {
 		round(cost_usd::numeric, 9), round(cost_per_attempt_usd::numeric, 9), round(cost_per_solve_usd::numeric, 9),
 		round(cost_per_solved_task_usd::numeric, 9)`
 	for _, view := range []string{"step_metrics", "staleness_histogram", "logprob_gap_by_staleness", "task_metrics",
-		"tool_usage", "attempt_costs", "run_costs"} {
+		"tool_usage", "attempt_costs", "run_costs", "compaction_savings"} {
 		cols := "*"
 		if view == "run_costs" {
 			cols = costs
