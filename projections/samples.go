@@ -243,18 +243,29 @@ func CountSamples(b []byte) (samples, tokens int, err error) {
 // tokens go from the stored payloads to the form as bytes: both are
 // little-endian words.
 func (c *applyCtx) materialize(entries []openGroup) ([]byte, error) {
-	// Sized for the inline completion tokens (a turn with token ids has
-	// completion_tokens of them; a 1 MiB record holds fewer than 2^18), so
-	// that a batch of millions of tokens is not copied over and over as it
-	// grows; observation tokens may still grow it.
+	// Sized exactly, from the stored payloads' token counts (the reads
+	// are served again from the fold's window when the samples are
+	// written), so that a batch of millions of tokens is never copied
+	// into a larger buffer as it grows: the completion tokens the entry
+	// records leave out each turn's observation tokens.
 	size := 0
 	for _, e := range entries {
 		for ai, a := range e.Group.Attempts {
-			size += sampleFixed + len(e.Group.Group) + len(a.Attempt)
-			for t, n := range e.Completion[ai] {
-				if e.Payload[ai][t] {
-					size += bytesPerToken * int(min(n, 1<<18))
+			segs, pay := e.Segments[ai], e.Payload[ai]
+			last := int64(0)
+			if len(segs) > 0 {
+				last = segs[len(segs)-1]
+			}
+			size += int(last+1) * (sampleFixed + len(e.Group.Group) + len(a.Attempt))
+			for t := range a.Turns {
+				if t >= len(pay) || !pay[t] {
+					continue
 				}
+				n, err := c.payloadTokens(a.Attempt, a.Turns[t].Turn)
+				if err != nil {
+					return nil, err
+				}
+				size += bytesPerToken * n
 			}
 		}
 	}
@@ -321,6 +332,20 @@ func (s *sampleColumns) fillMask(m uint8, n int) {
 			s.mask[i] = m
 		}
 	}
+}
+
+// payloadTokens is the number of tokens, observation and completion, a
+// turn's stored payload gives its sample.
+func (c *applyCtx) payloadTokens(attempt string, turn int64) (int, error) {
+	b, ok, err := c.s.Get(turnKey(attempt, turn))
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
+		return 0, fmt.Errorf("%w: tokens of turn %d of attempt %s missing", ErrCorruptState, turn, attempt)
+	}
+	obs, toks, _, err := payloadWords(b)
+	return (len(obs) + len(toks)) / 4, err
 }
 
 func (c *applyCtx) appendTurn(s *sampleColumns, attempt string, t *BatchTurn) error {
