@@ -52,10 +52,15 @@ func AsOfStep(ctx context.Context, src Source, k uint64) (*StepState, error) {
 		return nil, errors.New("replay: steps start at 1")
 	}
 	st := &StepState{Run: src.Run(), Step: k}
-	fold, store := projections.NewFold(src.Run()), projections.NewMemStore()
+	// Under the configuration the run's decisions recorded, as Verify.
+	decided, err := decidedConfig(ctx, src)
+	if err != nil {
+		return nil, err
+	}
+	fold, store := projections.NewFoldWith(src.Run(), projections.FoldOptions{Recorded: decided}), projections.NewMemStore()
 	versions := map[int64]int{}
 	sealed := uint64(0)
-	err := factsOf(ctx, src, func(f Fact) error {
+	err = factsOf(ctx, src, func(f Fact) error {
 		ds, err := fold.Apply(store, f.Record())
 		if err != nil {
 			return fmt.Errorf("replay: fold fact %d: %w", f.Seq, err)

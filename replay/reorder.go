@@ -112,7 +112,15 @@ func Reorder(ctx context.Context, src Source, o ReorderOptions) (*ReorderReport,
 	}
 	newFold := o.newFold
 	if newFold == nil {
-		newFold = func(run string) applier { return projections.NewFold(run) }
+		// Every pass folds under the configuration the run's decisions
+		// recorded, as Verify does.
+		decided, err := decidedConfig(ctx, src)
+		if err != nil {
+			return nil, err
+		}
+		newFold = func(run string) applier {
+			return projections.NewFoldWith(run, projections.FoldOptions{Recorded: decided})
+		}
 	}
 	rep := &ReorderReport{Run: src.Run(), Source: src.Describe()}
 	var facts []Fact

@@ -116,3 +116,99 @@ func TestVerifyCountsMisroutedFindings(t *testing.T) {
 			rep.OK(), rep.Misrouted, rep.Matched, rep.Recorded, rep.First)
 	}
 }
+
+// recordedConfigSource is a run whose run.started sets nothing, decided
+// under a recorded configuration other than this build's defaults (a
+// build whose defaults have changed since the run).
+func recordedConfigSource(t *testing.T) (*memSource, events.Config, []string) {
+	t.Helper()
+	const run = "recorded-config"
+	plan, err := simulate.Generate(simulate.Options{Seed: 5, Tasks: 12, Steps: 3, BatchGroups: 2, MaxTurns: 12}, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorded := events.DefaultConfig()
+	recorded.BatchGroups, recorded.EfficiencyWeight, recorded.MinProbes = 2, 0.3, 2
+	m := &memSource{run: run}
+	fold, store := projections.NewFoldWith(run, projections.FoldOptions{Recorded: &recorded}), projections.NewMemStore()
+	var digests []string
+	for i, ev := range plan.All() {
+		if rs, ok := ev.Data.(*events.RunStarted); ok {
+			rs.Config = events.RunConfig{}
+		}
+		v, err := events.Encode(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := Fact{Seq: uint64(i + 1), Offset: int64(i), Value: v}
+		m.facts = append(m.facts, f)
+		ds, err := fold.Apply(store, f.Record())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range ds {
+			m.decisions = append(m.decisions, Recorded{Offset: int64(len(m.decisions)), Value: d.Value})
+			if d.Kind == projections.KindBatchSealed {
+				mf, err := projections.ManifestOf(d.Value)
+				if err != nil {
+					t.Fatal(err)
+				}
+				digests = append(digests, mf.Digest)
+			}
+		}
+	}
+	if len(digests) < 2 {
+		t.Fatalf("the run sealed %d batches under its recorded config; want at least 2 to compare", len(digests))
+	}
+	return m, recorded, digests
+}
+
+// What-if, as-of-step and reorder fold under the configuration the run's
+// decisions recorded, as verify does, not under this build's defaults:
+// with no override a what-if reproduces every recorded batch, as-of-step
+// finds the recorded batch, and the reorderings compare real batches.
+func TestReplayModesFoldUnderRecordedConfig(t *testing.T) {
+	src, recorded, digests := recordedConfigSource(t)
+	ctx := context.Background()
+	if rep := verify(t, src); !rep.OK() {
+		t.Fatalf("verify: %v %v", rep.First, rep.History)
+	}
+
+	res, err := WhatIf(ctx, src, Overrides{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Recorded != recorded {
+		t.Errorf("what-if's recorded config %+v, want %+v", res.Recorded, recorded)
+	}
+	if len(res.Manifests) != len(digests) {
+		t.Errorf("what-if without overrides sealed %d batches, the run %d", len(res.Manifests), len(digests))
+	}
+	for _, s := range res.Steps {
+		if !s.Same {
+			t.Errorf("what-if without overrides: step %d differs from the recorded batch", s.Step)
+		}
+	}
+
+	st, err := AsOfStep(ctx, src, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Digest != digests[1] || st.State.Config != recorded {
+		t.Errorf("as of step 2: digest %s and config %+v, recorded %s and %+v", st.Digest, st.State.Config, digests[1], recorded)
+	}
+
+	rr, err := Reorder(ctx, src, ReorderOptions{Reorderings: 2, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batches := 0
+	for _, d := range src.decisions {
+		if info, err := parseRecorded(d); err == nil && info.Type == projections.KindBatchSealed {
+			batches++
+		}
+	}
+	if !rr.OK() || rr.Decisions < batches {
+		t.Errorf("reorder compared %d decisions (the run recorded %d batches), first difference %v", rr.Decisions, batches, rr.Difference)
+	}
+}

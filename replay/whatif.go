@@ -255,7 +255,13 @@ func WhatIf(ctx context.Context, src Source, o Overrides) (*WhatIfResult, error)
 	if err != nil {
 		return nil, err
 	}
-	if res.Recorded, err = recordedConfig(ctx, src); err != nil {
+	// The run's configuration as its decisions recorded it, not this
+	// build's defaults (docs/design.md §4.3), and the overrides over it.
+	decided, err := decidedConfig(ctx, src)
+	if err != nil {
+		return nil, err
+	}
+	if res.Recorded, err = effectiveConfig(ctx, src, decided); err != nil {
 		return nil, err
 	}
 	res.WhatIf = res.Recorded
@@ -263,7 +269,7 @@ func WhatIf(ctx context.Context, src Source, o Overrides) (*WhatIfResult, error)
 	if err := res.WhatIf.Validate(); err != nil {
 		return nil, fmt.Errorf("replay: the what-if config is invalid: %w", err)
 	}
-	fold := projections.NewFoldWith(src.Run(), projections.FoldOptions{Config: o.Apply})
+	fold := projections.NewFoldWith(src.Run(), projections.FoldOptions{Config: o.Apply, Recorded: decided})
 	store, err := openScratch("")
 	if err != nil {
 		return nil, err
@@ -331,16 +337,21 @@ func WhatIf(ctx context.Context, src Source, o Overrides) (*WhatIfResult, error)
 	return res, nil
 }
 
-// recordedConfig is the configuration the run's run.started resolves to:
-// the first one, valid, as the fold takes it; the defaults otherwise.
-func recordedConfig(ctx context.Context, src Source) (events.Config, error) {
+// effectiveConfig is the configuration the run's run.started resolves to
+// over base (the recorded configuration; the defaults when nil): the first
+// one, valid, as the fold takes it; base otherwise.
+func effectiveConfig(ctx context.Context, src Source, base *events.Config) (events.Config, error) {
 	cfg := events.DefaultConfig()
+	if base != nil {
+		cfg = *base
+	}
+	onto := cfg
 	err := src.Facts(ctx, func(f Fact) error {
 		ev, ok := decodeIf(f, events.TypeRunStarted)
 		if !ok {
 			return nil
 		}
-		if c := ev.Data.(*events.RunStarted).Config.Resolve(); c.Validate() == nil {
+		if c := ev.Data.(*events.RunStarted).Config.ResolveOnto(onto); c.Validate() == nil {
 			cfg = c
 		}
 		return errFound

@@ -27,7 +27,11 @@ func whatIf(t *testing.T, src Source, s string) *WhatIfResult {
 // whatIfSuite runs against any source of one simulated run.
 func whatIfSuite(t *testing.T, src Source) {
 	t.Run("recorded config", func(t *testing.T) {
-		rec, err := recordedConfig(context.Background(), src)
+		decided, err := decidedConfig(context.Background(), src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := effectiveConfig(context.Background(), src, decided)
 		if err != nil {
 			t.Fatal(err)
 		}
