@@ -232,27 +232,37 @@ func field(name string, t arrow.DataType, nullable bool) arrow.Field {
 	return arrow.Field{Name: name, Type: t, Nullable: nullable}
 }
 
-func strCol[R any](name string, get func(*row[R]) string) column[R] {
-	return column[R]{field: field(name, arrow.BinaryTypes.String, false), add: func(b array.Builder, r *row[R]) {
-		b.(*array.StringBuilder).Append(get(r))
-	}}
-}
-
-// optStrCol is null for the empty string: text the fact did not carry.
-func optStrCol[R any](name string, get func(*row[R]) string) column[R] {
-	return column[R]{field: field(name, arrow.BinaryTypes.String, true), add: func(b array.Builder, r *row[R]) {
-		if s := get(r); s != "" {
-			b.(*array.StringBuilder).Append(s)
+// scalar is a column of one value of type T a row, appended by the
+// builder B; get's false appends a null (nullable columns only).
+func scalar[R, T any, B interface{ Append(T) }](name string, t arrow.DataType, nullable bool, get func(*row[R]) (T, bool)) column[R] {
+	return column[R]{field: field(name, t, nullable), add: func(b array.Builder, r *row[R]) {
+		if v, ok := get(r); ok {
+			b.(B).Append(v)
 		} else {
 			b.AppendNull()
 		}
 	}}
 }
 
+// always is get for a column that is never null.
+func always[R, T any](get func(*row[R]) T) func(*row[R]) (T, bool) {
+	return func(r *row[R]) (T, bool) { return get(r), true }
+}
+
+func strCol[R any](name string, get func(*row[R]) string) column[R] {
+	return scalar[R, string, *array.StringBuilder](name, arrow.BinaryTypes.String, false, always(get))
+}
+
+// optStrCol is null for the empty string: text the fact did not carry.
+func optStrCol[R any](name string, get func(*row[R]) string) column[R] {
+	return scalar[R, string, *array.StringBuilder](name, arrow.BinaryTypes.String, true, func(r *row[R]) (string, bool) {
+		s := get(r)
+		return s, s != ""
+	})
+}
+
 func i64Col[R any](name string, get func(*row[R]) int64) column[R] {
-	return column[R]{field: field(name, arrow.PrimitiveTypes.Int64, false), add: func(b array.Builder, r *row[R]) {
-		b.(*array.Int64Builder).Append(get(r))
-	}}
+	return scalar[R, int64, *array.Int64Builder](name, arrow.PrimitiveTypes.Int64, false, always(get))
 }
 
 func u64Col[R any](name string, get func(*row[R]) uint64) column[R] {
@@ -260,45 +270,23 @@ func u64Col[R any](name string, get func(*row[R]) uint64) column[R] {
 }
 
 func optI64Col[R any](name string, get func(*row[R]) (int64, bool)) column[R] {
-	return column[R]{field: field(name, arrow.PrimitiveTypes.Int64, true), add: func(b array.Builder, r *row[R]) {
-		if v, ok := get(r); ok {
-			b.(*array.Int64Builder).Append(v)
-		} else {
-			b.AppendNull()
-		}
-	}}
+	return scalar[R, int64, *array.Int64Builder](name, arrow.PrimitiveTypes.Int64, true, get)
 }
 
 func f64Col[R any](name string, get func(*row[R]) float64) column[R] {
-	return column[R]{field: field(name, arrow.PrimitiveTypes.Float64, false), add: func(b array.Builder, r *row[R]) {
-		b.(*array.Float64Builder).Append(get(r))
-	}}
+	return scalar[R, float64, *array.Float64Builder](name, arrow.PrimitiveTypes.Float64, false, always(get))
 }
 
 func optF64Col[R any](name string, get func(*row[R]) (float64, bool)) column[R] {
-	return column[R]{field: field(name, arrow.PrimitiveTypes.Float64, true), add: func(b array.Builder, r *row[R]) {
-		if v, ok := get(r); ok {
-			b.(*array.Float64Builder).Append(v)
-		} else {
-			b.AppendNull()
-		}
-	}}
+	return scalar[R, float64, *array.Float64Builder](name, arrow.PrimitiveTypes.Float64, true, get)
 }
 
 func boolCol[R any](name string, get func(*row[R]) bool) column[R] {
-	return column[R]{field: field(name, arrow.FixedWidthTypes.Boolean, false), add: func(b array.Builder, r *row[R]) {
-		b.(*array.BooleanBuilder).Append(get(r))
-	}}
+	return scalar[R, bool, *array.BooleanBuilder](name, arrow.FixedWidthTypes.Boolean, false, always(get))
 }
 
 func optBoolCol[R any](name string, get func(*row[R]) (bool, bool)) column[R] {
-	return column[R]{field: field(name, arrow.FixedWidthTypes.Boolean, true), add: func(b array.Builder, r *row[R]) {
-		if v, ok := get(r); ok {
-			b.(*array.BooleanBuilder).Append(v)
-		} else {
-			b.AppendNull()
-		}
-	}}
+	return scalar[R, bool, *array.BooleanBuilder](name, arrow.FixedWidthTypes.Boolean, true, get)
 }
 
 func listI64Col[R any](name string, get func(*row[R]) []int64) column[R] {
