@@ -43,7 +43,6 @@ type payload struct {
 // makePayload builds turn.generated facts whose inline completion tokens
 // bring the canonical record to about size bytes: the shape of a real
 // turn with token ids and logprobs (docs/design.md §1.2: 10–50 KB for long turns).
-// A negative size asks for -size completion tokens a turn instead.
 func makePayload(size, distinct, perBody int) (*payload, error) {
 	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	mk := func(run string, turn, tokens int) events.Event {
@@ -65,10 +64,6 @@ func makePayload(size, distinct, perBody int) (*payload, error) {
 	}
 	base, per := enc(mk("r", 1, 0)), float64(enc(mk("r", 1, 400))-enc(mk("r", 1, 0)))/400
 	tokens := max(0, int(float64(size-base)/per))
-	if size < 0 { // -size completion tokens a turn
-		tokens = -size
-		size = enc(mk("r", 1, tokens))
-	}
 	p := &payload{size: size, perBody: perBody}
 	for i := range distinct {
 		run := fmt.Sprintf("bench-ingest-%02d", i%ingestRuns)
@@ -97,10 +92,18 @@ func (p *payload) meanSize() int {
 func ingestFigures(ctx context.Context, e *env) ([]*Figure, error) {
 	var figs []*Figure
 	for _, sz := range []struct {
-		name          string
-		size, perBody int
-	}{{"1KiB", 1 << 10, 64}, {"16KiB", 16 << 10, 8}, {"2K-token v2 turn", -2000, 8}} {
-		p, err := makePayload(sz.size, 256, sz.perBody)
+		name    string
+		perBody int
+		make    func(perBody int) (*payload, error)
+	}{
+		{"1KiB", 64, func(n int) (*payload, error) { return makePayload(1<<10, 256, n) }},
+		{"16KiB", 8, func(n int) (*payload, error) { return makePayload(16<<10, 256, n) }},
+		// The token plane's turn (the tokens group's bytes per token are
+		// of the same records): 2,048 completion and 512 observation
+		// tokens, ids and log-probs in base64.
+		{"2K-token v2 turn", 8, func(n int) (*payload, error) { return makeTokenPayload(128, n) }},
+	} {
+		p, err := sz.make(sz.perBody)
 		if err != nil {
 			return nil, err
 		}

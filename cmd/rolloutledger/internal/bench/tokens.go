@@ -70,7 +70,7 @@ func makeTokenPayload(distinct, perBody int) (*payload, error) {
 }
 
 func tokenFigures(ctx context.Context, e *env) ([]*Figure, error) {
-	figs, err := tokenIngestFigures(ctx, e)
+	figs, err := tokenLogFigures(e)
 	if err != nil {
 		return nil, err
 	}
@@ -81,39 +81,19 @@ func tokenFigures(ctx context.Context, e *env) ([]*Figure, error) {
 	return append(figs, fetch...), nil
 }
 
-func tokenIngestFigures(ctx context.Context, e *env) ([]*Figure, error) {
-	const perBody = 8
-	p, err := makeTokenPayload(128, perBody)
+// tokenLogFigures is the facts log's bytes per token of a 2K-token turn;
+// the ingest of the same records is the ingest group's "2K-token v2 turn".
+func tokenLogFigures(e *env) ([]*Figure, error) {
+	p, err := makeTokenPayload(128, 8)
 	if err != nil {
 		return nil, err
 	}
-	total := 256 << 20
-	if e.o.Short {
-		total = 2 << 20
-	}
-	n := max(perBody, total/p.size/perBody*perBody)
 	perToken := float64(p.size) / (tokenTurnCompletion + tokenTurnObservation)
-	http := &Figure{Name: "ingest POST /v1/events, 2K-token turns", Unit: "events/s", Command: e.cmd(GroupTokens),
-		Note: fmt.Sprintf("%d turn.generated v2 facts of %d completion + %d observation tokens (%d B canonical JSON, ids and log-probs base64) per run, %d per request, 8 HTTP workers, into the in-process stack (ingest only, acks=all, lz4), %d partitions keyed by %d runs",
-			n, tokenTurnCompletion, tokenTurnObservation, p.size, perBody, ingestPartitions, ingestRuns)}
-	perf := &Figure{Name: "kafka-producer-perf-test, 2K-token turns", Unit: "records/s"}
 	logBytes := &Figure{Name: "facts log, bytes per token (before Kafka's compression)", Unit: "B/token", Command: e.cmd(GroupTokens),
 		Runs: []float64{perToken},
-		Note: fmt.Sprintf("a 2K-token turn's canonical record: %d B for %d tokens (completion and observation); the same turn at catalogue version 1 (JSON numbers) is about 15.6", p.size, tokenTurnCompletion+tokenTurnObservation)}
+		Note: fmt.Sprintf("a 2K-token turn's canonical record: %d B for %d tokens (completion and observation); the same turn at catalogue version 1 (JSON numbers) is about 15.6; its ingest is the ingest group's 2K-token v2 turn", p.size, tokenTurnCompletion+tokenTurnObservation)}
 	logBytes.link = func(map[string]*Figure) { logBytes.goalAtMost(10, "<= 10 B/token") }
-	for run := range e.o.Runs {
-		e.log.Info("tokens: ingest", "run", run+1)
-		if err := perfRun(ctx, e, p, n, perf, "Apache Kafka's ProducerPerformance, same broker, the same 2K-token records (--payload-file), acks=all, lz4, one producer"); err != nil {
-			return nil, err
-		}
-		v, err := ingestHTTP(ctx, e, p, n)
-		if err != nil {
-			return nil, err
-		}
-		http.Runs = append(http.Runs, v)
-	}
-	http.link = func(map[string]*Figure) { http.against(perf, 0.70, ">= 70% of kafka-producer-perf-test") }
-	return []*Figure{http, perf, logBytes}, nil
+	return []*Figure{logBytes}, nil
 }
 
 // fetchResult is the last line of sdk/python/bench/fetch_samples.py.

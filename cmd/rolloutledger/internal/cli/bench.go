@@ -33,18 +33,19 @@ func newBenchCmd(g *globals) *cobra.Command {
 min–max, unit, its goal and ratio where there is one, and the command that
 reproduces it.
 
-  ingest      POST /v1/events at 1 KiB and 16 KiB events (acks=all) beside Apache
-              Kafka's ProducerPerformance with the same records on the same broker,
-              and kafka-go's writer with the ingest's settings
+  ingest      POST /v1/events of 1 KiB and 16 KiB events and of 2K-token v2 turns
+              (acks=all) beside Apache Kafka's ProducerPerformance with the same
+              records on the same broker, and kafka-go's writer with the ingest's
+              settings
   projection  events.Decode and the fold on one core; the projector from Kafka
   seal        seal latency p50/p99 at a steady 10,000 facts/s
   postgres    the pgsink beside psql \copy of the same rows into the same tables
   replay      verify from an archive and from Kafka (--replay-facts), and the time
               for a FireFlash-scale run (50 M facts) extrapolated
   memory      projector resident memory vs groups in flight and run length
-  tokens      ingest of 2K-token turns beside ProducerPerformance; the trainer's
-              fetch of a batch into NumPy (Python SDK, --python) beside np.load;
-              bytes per token in the facts log, Pebble and Postgres
+  tokens      the trainer's fetch of a batch into NumPy (Python SDK, --python)
+              beside np.load; bytes per token in the facts log, Pebble and
+              Postgres (the ingest of 2K-token turns is in the ingest group)
   analysts    every query of docs/analysts.md over one run of --analysts-facts facts
               (only when named in --only: it loads tens of millions of rows)
   replay-memory  peak resident memory of replay --verify from an archive at
