@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 
 	json "github.com/segmentio/encoding/json"
@@ -42,6 +43,42 @@ type Run struct {
 	Batches   []*Batch
 
 	tasks map[string]*task
+	// samples holds the batches' canonical samples, one after another,
+	// when Options.Samples keeps them: on disk, so that a run's tokens do
+	// not all sit in memory until the samples table is written.
+	samples     *os.File
+	samplesSize int64
+}
+
+// Close removes what Build kept on disk for the run (the batches'
+// samples). The run's rows stay readable; its samples do not.
+func (r *Run) Close() error {
+	if r.samples == nil {
+		return nil
+	}
+	err := r.samples.Close()
+	if rerr := os.Remove(r.samples.Name()); err == nil {
+		err = rerr
+	}
+	r.samples = nil
+	return err
+}
+
+// SamplesOf reads batch b's canonical binary samples (docs/design.md §7.4)
+// back into buf, grown as needed, and returns them; nil when Build did not
+// keep samples.
+func (r *Run) SamplesOf(b *Batch, buf []byte) ([]byte, error) {
+	if r.samples == nil || b.samplesLen == 0 {
+		return nil, nil
+	}
+	if cap(buf) < b.samplesLen {
+		buf = make([]byte, b.samplesLen)
+	}
+	buf = buf[:b.samplesLen]
+	if _, err := r.samples.ReadAt(buf, b.samplesAt); err != nil {
+		return nil, fmt.Errorf("dataset: samples of batch %d of run %s: %w", b.Manifest.Seq, r.Run, err)
+	}
+	return buf, nil
 }
 
 // Attempt is one attempt.started with what the facts and the batch that
@@ -110,17 +147,18 @@ type ToolCall struct {
 	InputCut, OutputCut          int64
 }
 
-// Batch is one batch.sealed decision, its samples, and the gradient step
-// that consumed it.
+// Batch is one batch.sealed decision and the gradient step that consumed
+// it; Run.SamplesOf reads its samples.
 type Batch struct {
 	Manifest projections.Manifest
 	// Fact is the position of the fact that sealed it.
 	Fact projections.FactPosition
-	// Samples is the batch's canonical binary samples (docs/design.md §7.4).
-	Samples []byte
 	// Step is the first gradient.applied reporting the batch, nil when
 	// none did.
 	Step *events.GradientApplied
+	// samplesAt and samplesLen place its samples in the run's file.
+	samplesAt  int64
+	samplesLen int
 }
 
 type task struct {
@@ -151,9 +189,13 @@ type Options struct {
 	// Tokens keeps each turn's token ids and log-probs (the trajectory
 	// formats carry them; the tables carry the samples' instead).
 	Tokens bool
-	// ScratchDir is where the fold's state is kept on disk while the run
-	// is folded; empty means the system's temporary directory.
+	// ScratchDir is where the fold's state, and the samples Samples
+	// keeps, are kept on disk; empty means the system's temporary
+	// directory.
 	ScratchDir string
+	// Samples keeps each batch's samples, on disk until Run.Close (the
+	// tables carry them; the trajectory formats do not).
+	Samples bool
 }
 
 // Build folds src's facts with the projection rules (the replay fold) and
@@ -161,6 +203,19 @@ type Options struct {
 // seen before (duplicates the fold ignores as well), give no row.
 func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 	r := &Run{Run: src.Run(), Source: src.Describe(), RuleVersion: projections.RuleVersion, tasks: map[string]*task{}}
+	if o.Samples {
+		f, err := os.CreateTemp(o.ScratchDir, "rolloutledger-samples-")
+		if err != nil {
+			return nil, fmt.Errorf("dataset: samples of run %s: %w", r.Run, err)
+		}
+		r.samples = f
+	}
+	built := false
+	defer func() {
+		if !built {
+			r.Close()
+		}
+	}()
 	attempts := map[string]*Attempt{}
 	pending := map[string]*Attempt{} // mentioned before (or without) attempt.started
 	attemptOf := func(id string) *Attempt {
@@ -277,6 +332,7 @@ func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 		}
 	}
 	r.join(attempts, purposes, turnAt)
+	built = true
 	return r, nil
 }
 
@@ -336,9 +392,16 @@ func (r *Run) decisions(f replay.Fact, ds []projections.Decision, batchOf map[in
 		if err := json.Unmarshal(d.Value, &env); err != nil {
 			return fmt.Errorf("dataset: batch %d of run %s: %w", d.Seq, r.Run, err)
 		}
-		b := &Batch{Fact: env.Fact, Samples: d.Samples}
+		b := &Batch{Fact: env.Fact}
 		if err := json.Unmarshal(env.Data, &b.Manifest); err != nil {
 			return fmt.Errorf("dataset: manifest of batch %d of run %s: %w", d.Seq, r.Run, err)
+		}
+		if r.samples != nil && len(d.Samples) > 0 {
+			if _, err := r.samples.WriteAt(d.Samples, r.samplesSize); err != nil {
+				return fmt.Errorf("dataset: samples of batch %d of run %s: %w", d.Seq, r.Run, err)
+			}
+			b.samplesAt, b.samplesLen = r.samplesSize, len(d.Samples)
+			r.samplesSize += int64(len(d.Samples))
 		}
 		r.Batches = append(r.Batches, b)
 		batchOf[int64(b.Manifest.Seq)] = b

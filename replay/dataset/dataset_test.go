@@ -449,3 +449,31 @@ func TestExportFoldsUnderRecordedConfig(t *testing.T) {
 		t.Fatalf("export of a run decided under rules v1: %v, want replay.ErrRuleVersion", err)
 	}
 }
+
+// The tables' samples wait on disk, not in memory, between the fold and
+// the samples table, in the export's scratch directory; nothing of them is
+// left there once the export is written, and the samples table holds every
+// sample of every batch.
+func TestSamplesSpillAndAreRemoved(t *testing.T) {
+	src := planSource(t, textRun, "spill-1", true)
+	scratch := t.TempDir()
+	out := filepath.Join(t.TempDir(), "parquet")
+	res, err := Export(context.Background(), []replay.Source{src}, FormatParquet, out, Options{ScratchDir: scratch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := os.ReadDir(scratch); len(left) != 0 {
+		t.Errorf("the export left %d entries in its scratch directory: %v", len(left), left)
+	}
+	var want int64
+	for _, d := range src.decisions {
+		if info, err := projections.ManifestOf(d.Value); err == nil {
+			want += int64(len(info.Groups)) // at least one sample per group
+		}
+	}
+	for _, f := range res.Files {
+		if f.Table == "samples" && (f.Rows == 0 || f.Rows < want) {
+			t.Errorf("samples table: %d rows, want at least %d", f.Rows, want)
+		}
+	}
+}

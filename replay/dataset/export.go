@@ -48,8 +48,14 @@ func Export(ctx context.Context, srcs []replay.Source, format, out string, o Opt
 		return nil, errors.New("dataset: no run to export")
 	}
 	o.Tokens = format == FormatATIF
+	o.Samples = format == FormatParquet || format == FormatHF
 	seen := map[string]bool{}
 	var runs []*Run
+	defer func() {
+		for _, r := range runs {
+			r.Close()
+		}
+	}()
 	res := &Result{Format: format, Out: out}
 	for _, src := range srcs {
 		if seen[src.Run()] {

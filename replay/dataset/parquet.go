@@ -45,16 +45,19 @@ import (
 //
 // Row groups: RowGroupRows rows for the narrow tables, SampleRowGroupRows
 // for samples, whose rows hold every token of a sample (thousands of ids,
-// log-probs and versions each): about 16–64 MiB uncompressed per group, so
-// a reader can skip and parallelize by group without a group per sample.
+// log-probs and versions each), or fewer rows once a group holds
+// SampleRowGroupTokens tokens (64 MiB of columns, uncompressed): a reader
+// can skip and parallelize by group without a group per sample, and the
+// writer holds one group at a time, however long the run's attempts.
 
 // DictionaryLimit is the dictionary page size limit of every column chunk.
 const DictionaryLimit = 16 << 20
 
 // Row-group lengths.
 const (
-	RowGroupRows       = 128 * 1024
-	SampleRowGroupRows = 1024
+	RowGroupRows         = 128 * 1024
+	SampleRowGroupRows   = 1024
+	SampleRowGroupTokens = 4 << 20
 )
 
 // CreatedBy is the Parquet footer's created_by.
@@ -155,15 +158,16 @@ func (c *countWriter) Write(b []byte) (int, error) {
 func writeTable(w io.Writer, table string, runs []*Run) (int64, error) {
 	switch table {
 	case "attempts":
-		return writeRows(w, attemptColumns, rowsOf(runs, func(r *Run) []*Attempt { return r.Attempts }), RowGroupRows, runs)
+		return writeRows(w, attemptColumns, rowsOf(runs, func(r *Run) []*Attempt { return r.Attempts }), groupLimit[*Attempt]{rows: RowGroupRows}, runs)
 	case "turns":
-		return writeRows(w, turnColumns, rowsOf(runs, func(r *Run) []*Turn { return r.Turns }), RowGroupRows, runs)
+		return writeRows(w, turnColumns, rowsOf(runs, func(r *Run) []*Turn { return r.Turns }), groupLimit[*Turn]{rows: RowGroupRows}, runs)
 	case "tool_calls":
-		return writeRows(w, toolCallColumns, rowsOf(runs, func(r *Run) []*ToolCall { return r.ToolCalls }), RowGroupRows, runs)
+		return writeRows(w, toolCallColumns, rowsOf(runs, func(r *Run) []*ToolCall { return r.ToolCalls }), groupLimit[*ToolCall]{rows: RowGroupRows}, runs)
 	case "batches":
-		return writeRows(w, batchColumns, rowsOf(runs, func(r *Run) []*Batch { return r.Batches }), RowGroupRows, runs)
+		return writeRows(w, batchColumns, rowsOf(runs, func(r *Run) []*Batch { return r.Batches }), groupLimit[*Batch]{rows: RowGroupRows}, runs)
 	case "samples":
-		return writeRows(w, sampleColumns, samplesOf(runs), SampleRowGroupRows, runs)
+		return writeRows(w, sampleColumns, samplesOf(runs), groupLimit[*sampleRow]{rows: SampleRowGroupRows,
+			weight: func(r *row[*sampleRow]) int { return r.r.v.Len }, max: SampleRowGroupTokens}, runs)
 	}
 	return 0, fmt.Errorf("dataset: no table %q", table)
 }
@@ -213,7 +217,16 @@ func dictionaryBytes(b array.Builder) int {
 	return 0
 }
 
-func writeRows[R any](w io.Writer, cols []column[R], rows iter.Seq2[*row[R], error], rowGroup int, runs []*Run) (int64, error) {
+// groupLimit is when a row group of R ends: at rows rows, or, with a
+// weight, once the rows' weights add up to max.
+type groupLimit[R any] struct {
+	rows   int
+	weight func(*row[R]) int
+	max    int
+}
+
+func writeRows[R any](w io.Writer, cols []column[R], rows iter.Seq2[*row[R], error], limit groupLimit[R], runs []*Run) (int64, error) {
+	rowGroup := limit.rows
 	fields := make([]arrow.Field, len(cols))
 	for i, c := range cols {
 		fields[i] = c.field
@@ -236,14 +249,14 @@ func writeRows[R any](w io.Writer, cols []column[R], rows iter.Seq2[*row[R], err
 	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
 	defer b.Release()
 	var total int64
-	n := 0
+	n, weight := 0, 0
 	flush := func() error {
 		if n == 0 {
 			return nil
 		}
 		rec := b.NewRecordBatch()
 		defer rec.Release()
-		n = 0
+		n, weight = 0, 0
 		return fw.Write(rec)
 	}
 	for r, err := range rows {
@@ -255,7 +268,10 @@ func writeRows[R any](w io.Writer, cols []column[R], rows iter.Seq2[*row[R], err
 		}
 		n++
 		total++
-		if n == rowGroup || dictionaryFull(cols, b) {
+		if limit.weight != nil {
+			weight += limit.weight(r)
+		}
+		if n == rowGroup || (limit.weight != nil && weight >= limit.max) || dictionaryFull(cols, b) {
 			if err := flush(); err != nil {
 				return 0, errors.Join(err, fw.Close())
 			}

@@ -139,9 +139,21 @@ type sampleRow struct {
 
 func samplesOf(runs []*Run) iter.Seq2[*row[*sampleRow], error] {
 	return func(yield func(*row[*sampleRow], error) bool) {
+		var buf []byte
 		for _, run := range runs {
 			for _, b := range run.Batches {
-				sr := projections.NewSampleReader(b.Samples)
+				// One batch's samples in memory at a time: the rows read
+				// from buf are copied into the table's builders before
+				// the next batch overwrites it.
+				data, err := run.SamplesOf(b, buf)
+				if err != nil {
+					yield(nil, err)
+					return
+				}
+				if cap(data) > cap(buf) {
+					buf = data[:0]
+				}
+				sr := projections.NewSampleReader(data)
 				for i := int64(0); sr.Next(); i++ {
 					if !yield(&row[*sampleRow]{run: run, r: &sampleRow{batch: b.Manifest.Seq, index: i, v: sr.Sample()}}, nil) {
 						return
