@@ -84,10 +84,10 @@ type atifFinal struct {
 // WriteATIF writes runs' attempts as ATIF trajectories, one per line, to
 // path.
 func WriteATIF(path string, runs []*Run) (File, error) {
-	return writeJSONL(path, "atif", runs, func(r *Run, a *Attempt) any { return trajectoryOf(r, a) })
+	return writeJSONL(path, "atif", runs, func(r *Run, a *Attempt) (any, error) { return trajectoryOf(r, a) })
 }
 
-func trajectoryOf(r *Run, a *Attempt) atifTrajectory {
+func trajectoryOf(r *Run, a *Attempt) (atifTrajectory, error) {
 	prompt, _ := r.Prompt(a.Task)
 	o := outcomeOf(r, a)
 	tr := atifTrajectory{SchemaVersion: ATIFVersion, SessionID: r.Run + "/" + a.Attempt,
@@ -98,13 +98,17 @@ func trajectoryOf(r *Run, a *Attempt) atifTrajectory {
 			"reward": o.Reward, "ledger_head": o.LedgerHead}}
 	calls := callsByTurn(a)
 	for _, t := range a.turns {
+		obs, ids, lps, err := r.TokensOf(t)
+		if err != nil {
+			return tr, err
+		}
 		s := atifStep{StepID: len(tr.Steps) + 1, Source: "agent", Message: t.Text,
 			Metrics: &atifMetrics{PromptTokens: t.PromptTokens, CompletionTokens: t.CompletionTokens, CachedTokens: t.Cached,
-				CompletionTokenIDs: t.TokenIDs, Logprobs: t.Logprobs},
+				CompletionTokenIDs: ids, Logprobs: lps},
 			Extra: map[string]any{"turn": t.Turn, "segment_starts": t.SegmentStarts, "segment_versions": t.SegmentVersions,
 				"finish": t.Finish, "latency_ms": t.LatencyMS}}
-		if len(t.ObservationTokenIDs) > 0 {
-			s.Metrics.Extra = map[string]any{"observation_token_ids": t.ObservationTokenIDs}
+		if len(obs) > 0 {
+			s.Metrics.Extra = map[string]any{"observation_token_ids": obs}
 		}
 		if t.Batch > 0 {
 			s.Extra["batch_seq"], s.Extra["staleness"], s.Extra["trained"] = t.Batch, t.Staleness, t.Trained
@@ -126,7 +130,7 @@ func trajectoryOf(r *Run, a *Attempt) atifTrajectory {
 	}
 	tr.FinalMetrics.TotalSteps = len(tr.Steps)
 	tr.FinalMetrics.Extra = o
-	return tr
+	return tr, nil
 }
 
 func orUnknown(s string) string {

@@ -2,8 +2,10 @@ package dataset
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 
@@ -43,24 +45,48 @@ type Run struct {
 	Batches   []*Batch
 
 	tasks map[string]*task
-	// samples holds the batches' canonical samples, one after another,
-	// when Options.Samples keeps them: on disk, so that a run's tokens do
-	// not all sit in memory until the samples table is written.
-	samples     *os.File
-	samplesSize int64
+	// spill holds, one after another, the batches' canonical samples when
+	// Options.Samples keeps them and the turns' token arrays when
+	// Options.Tokens does: on disk, so that a run's tokens do not all sit
+	// in memory until the files that carry them are written.
+	spill     *os.File
+	spillSize int64
 }
 
-// Close removes what Build kept on disk for the run (the batches'
-// samples). The run's rows stay readable; its samples do not.
+// spillBytes appends b to the run's spill file and returns where it sits.
+func (r *Run) spillBytes(b []byte) (int64, error) {
+	at := r.spillSize
+	if _, err := r.spill.WriteAt(b, at); err != nil {
+		return 0, fmt.Errorf("dataset: spill of run %s: %w", r.Run, err)
+	}
+	r.spillSize += int64(len(b))
+	return at, nil
+}
+
+// readSpill reads n bytes at at of the run's spill file into buf, grown
+// as needed.
+func (r *Run) readSpill(at int64, n int, buf []byte) ([]byte, error) {
+	if cap(buf) < n {
+		buf = make([]byte, n)
+	}
+	buf = buf[:n]
+	if _, err := r.spill.ReadAt(buf, at); err != nil {
+		return nil, fmt.Errorf("dataset: spill of run %s: %w", r.Run, err)
+	}
+	return buf, nil
+}
+
+// Close removes what Build kept on disk for the run (the batches' samples,
+// the turns' tokens). The run's rows stay readable; those do not.
 func (r *Run) Close() error {
-	if r.samples == nil {
+	if r.spill == nil {
 		return nil
 	}
-	err := r.samples.Close()
-	if rerr := os.Remove(r.samples.Name()); err == nil {
+	err := r.spill.Close()
+	if rerr := os.Remove(r.spill.Name()); err == nil {
 		err = rerr
 	}
-	r.samples = nil
+	r.spill = nil
 	return err
 }
 
@@ -68,17 +94,65 @@ func (r *Run) Close() error {
 // back into buf, grown as needed, and returns them; nil when Build did not
 // keep samples.
 func (r *Run) SamplesOf(b *Batch, buf []byte) ([]byte, error) {
-	if r.samples == nil || b.samplesLen == 0 {
+	if r.spill == nil || b.samplesLen == 0 {
 		return nil, nil
 	}
-	if cap(buf) < b.samplesLen {
-		buf = make([]byte, b.samplesLen)
+	return r.readSpill(b.samplesAt, b.samplesLen, buf)
+}
+
+// TokensOf reads turn t's observation token ids, completion token ids and
+// log-probs back; all nil when Build did not keep tokens (Options.Tokens).
+func (r *Run) TokensOf(t *Turn) (obs, ids []int32, lps []float32, err error) {
+	if r.spill == nil || t.tokensLen == 0 {
+		return nil, nil, nil, nil
 	}
-	buf = buf[:b.samplesLen]
-	if _, err := r.samples.ReadAt(buf, b.samplesAt); err != nil {
-		return nil, fmt.Errorf("dataset: samples of batch %d of run %s: %w", b.Manifest.Seq, r.Run, err)
+	b, err := r.readSpill(t.tokensAt, t.tokensLen, nil)
+	if err != nil {
+		return nil, nil, nil, err
 	}
-	return buf, nil
+	words := func(n int) []uint32 {
+		out := make([]uint32, n)
+		for i := range out {
+			out[i] = binary.LittleEndian.Uint32(b[4*i:])
+		}
+		b = b[4*n:]
+		return out
+	}
+	o, c := words(int(t.ObservationTokens)), words(int(t.InlineTokens))
+	l := words(len(b) / 4)
+	obs, ids, lps = make([]int32, len(o)), make([]int32, len(c)), make([]float32, len(l))
+	for i, v := range o {
+		obs[i] = int32(v)
+	}
+	for i, v := range c {
+		ids[i] = int32(v)
+	}
+	for i, v := range l {
+		lps[i] = math.Float32frombits(v)
+	}
+	return obs, ids, lps, nil
+}
+
+// spillTokens appends a turn's token arrays to the run's spill file,
+// little-endian, observation ids, completion ids, log-probs.
+func (r *Run) spillTokens(t *Turn, obs, ids []int32, lps []float32) error {
+	n := 4 * (len(obs) + len(ids) + len(lps))
+	if n == 0 {
+		return nil
+	}
+	b := make([]byte, 0, n)
+	for _, v := range obs {
+		b = binary.LittleEndian.AppendUint32(b, uint32(v))
+	}
+	for _, v := range ids {
+		b = binary.LittleEndian.AppendUint32(b, uint32(v))
+	}
+	for _, v := range lps {
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
+	}
+	at, err := r.spillBytes(b)
+	t.tokensAt, t.tokensLen = at, n
+	return err
 }
 
 // Attempt is one attempt.started with what the facts and the batch that
@@ -116,14 +190,14 @@ type Turn struct {
 	PromptTokens, CompletionTokens, Cached int64
 	SegmentStarts, SegmentVersions         []int64
 	ObservationTokens, InlineTokens        int64
-	// ObservationTokenIDs, TokenIDs and Logprobs are kept only when
-	// Options.Tokens asks for them.
-	ObservationTokenIDs, TokenIDs []int32
-	Logprobs                      []float32
-	Text                          string
-	TextCut                       int64
-	Finish                        string
-	LatencyMS                     int64
+	// tokensAt and tokensLen place the turn's token arrays in the run's
+	// spill file when Options.Tokens keeps them (Run.TokensOf).
+	tokensAt  int64
+	tokensLen int
+	Text      string
+	TextCut   int64
+	Finish    string
+	LatencyMS int64
 	// Batch is the seq of the batch that judged the turn, 0 for none;
 	// then Staleness (of its first segment), SegmentStaleness and Trained
 	// are the manifest's.
@@ -203,12 +277,12 @@ type Options struct {
 // seen before (duplicates the fold ignores as well), give no row.
 func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 	r := &Run{Run: src.Run(), Source: src.Describe(), RuleVersion: projections.RuleVersion, tasks: map[string]*task{}}
-	if o.Samples {
-		f, err := os.CreateTemp(o.ScratchDir, "rolloutledger-samples-")
+	if o.Samples || o.Tokens {
+		f, err := os.CreateTemp(o.ScratchDir, "rolloutledger-export-")
 		if err != nil {
-			return nil, fmt.Errorf("dataset: samples of run %s: %w", r.Run, err)
+			return nil, fmt.Errorf("dataset: spill of run %s: %w", r.Run, err)
 		}
-		r.samples = f
+		r.spill = f
 	}
 	built := false
 	defer func() {
@@ -233,7 +307,7 @@ func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 	var steps []*events.GradientApplied
 	collect := func(f replay.Fact, ds []projections.Decision) error {
 		r.Facts = f.Seq
-		if err := r.decisions(f, ds, batchOf); err != nil {
+		if err := r.decisions(f, ds, batchOf, o.Samples); err != nil {
 			return err
 		}
 		defer func() {
@@ -276,7 +350,9 @@ func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 				ObservationTokens: int64(len(d.ObservationTokenIDs)), InlineTokens: int64(len(d.TokenIDs)),
 				Text: d.Text, TextCut: d.TextCut, Finish: d.Finish, LatencyMS: d.LatencyMS}
 			if o.Tokens {
-				t.ObservationTokenIDs, t.TokenIDs, t.Logprobs = d.ObservationTokenIDs, d.TokenIDs, d.Logprobs
+				if err := r.spillTokens(t, d.ObservationTokenIDs, d.TokenIDs, d.Logprobs); err != nil {
+					return err
+				}
 			}
 			for _, s := range d.VersionSegments {
 				t.SegmentStarts = append(t.SegmentStarts, s.Start)
@@ -383,7 +459,7 @@ func foldInto(ctx context.Context, src replay.Source, o Options, collect func(re
 }
 
 // decisions keeps the batches the fold sealed at f.
-func (r *Run) decisions(f replay.Fact, ds []projections.Decision, batchOf map[int64]*Batch) error {
+func (r *Run) decisions(f replay.Fact, ds []projections.Decision, batchOf map[int64]*Batch, keepSamples bool) error {
 	for _, d := range ds {
 		if d.Kind != projections.KindBatchSealed {
 			continue
@@ -396,12 +472,12 @@ func (r *Run) decisions(f replay.Fact, ds []projections.Decision, batchOf map[in
 		if err := json.Unmarshal(env.Data, &b.Manifest); err != nil {
 			return fmt.Errorf("dataset: manifest of batch %d of run %s: %w", d.Seq, r.Run, err)
 		}
-		if r.samples != nil && len(d.Samples) > 0 {
-			if _, err := r.samples.WriteAt(d.Samples, r.samplesSize); err != nil {
-				return fmt.Errorf("dataset: samples of batch %d of run %s: %w", d.Seq, r.Run, err)
+		if keepSamples && len(d.Samples) > 0 {
+			at, err := r.spillBytes(d.Samples)
+			if err != nil {
+				return err
 			}
-			b.samplesAt, b.samplesLen = r.samplesSize, len(d.Samples)
-			r.samplesSize += int64(len(d.Samples))
+			b.samplesAt, b.samplesLen = at, len(d.Samples)
 		}
 		r.Batches = append(r.Batches, b)
 		batchOf[int64(b.Manifest.Seq)] = b

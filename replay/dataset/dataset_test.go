@@ -450,13 +450,24 @@ func TestExportFoldsUnderRecordedConfig(t *testing.T) {
 	}
 }
 
-// The tables' samples wait on disk, not in memory, between the fold and
-// the samples table, in the export's scratch directory; nothing of them is
-// left there once the export is written, and the samples table holds every
-// sample of every batch.
+// The tables' samples, and the trajectories' turn tokens, wait on disk,
+// not in memory, between the fold and the files that carry them, in the
+// export's scratch directory; nothing of them is left there once the
+// export is written, and the samples table holds every sample of every
+// batch.
 func TestSamplesSpillAndAreRemoved(t *testing.T) {
 	src := planSource(t, textRun, "spill-1", true)
 	scratch := t.TempDir()
+	atif := filepath.Join(t.TempDir(), "atif.jsonl")
+	if _, err := Export(context.Background(), []replay.Source{src}, FormatATIF, atif, Options{ScratchDir: scratch}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(atif); err != nil || !bytes.Contains(b, []byte(`"completion_token_ids":[`)) {
+		t.Errorf("the trajectories carry no token ids (%v)", err)
+	}
+	if left, _ := os.ReadDir(scratch); len(left) != 0 {
+		t.Errorf("the ATIF export left %d entries in its scratch directory: %v", len(left), left)
+	}
 	out := filepath.Join(t.TempDir(), "parquet")
 	res, err := Export(context.Background(), []replay.Source{src}, FormatParquet, out, Options{ScratchDir: scratch})
 	if err != nil {

@@ -18,7 +18,7 @@ func fileOf(rel, table string, rows int64, b []byte) File {
 
 // writeJSONL writes one JSON line per attempt of runs to path, beside it
 // first, then renamed into place.
-func writeJSONL(path, kind string, runs []*Run, line func(*Run, *Attempt) any) (File, error) {
+func writeJSONL(path, kind string, runs []*Run, line func(*Run, *Attempt) (any, error)) (File, error) {
 	tmp, err := createBeside(path)
 	if err != nil {
 		return File{}, err
@@ -30,10 +30,15 @@ func writeJSONL(path, kind string, runs []*Run, line func(*Run, *Attempt) any) (
 	enc := json.NewEncoder(bw)
 	enc.SetEscapeHTML(false)
 	var rows int64
+lines:
 	for _, r := range runs {
 		for _, a := range r.Attempts {
-			if err = enc.Encode(line(r, a)); err != nil {
-				break
+			var v any
+			if v, err = line(r, a); err != nil {
+				break lines
+			}
+			if err = enc.Encode(v); err != nil {
+				break lines
 			}
 			rows++
 		}

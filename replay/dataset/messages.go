@@ -43,7 +43,7 @@ type chatFunction struct {
 
 // WriteMessages writes runs' attempts as chat messages JSONL to path.
 func WriteMessages(path string, runs []*Run) (File, error) {
-	return writeJSONL(path, "messages", runs, func(r *Run, a *Attempt) any { return messagesOf(r, a) })
+	return writeJSONL(path, "messages", runs, func(r *Run, a *Attempt) (any, error) { return messagesOf(r, a), nil })
 }
 
 func messagesOf(r *Run, a *Attempt) chatLine {
