@@ -102,7 +102,7 @@ func trajectoryOf(r *Run, a *Attempt) (atifTrajectory, error) {
 		if err != nil {
 			return tr, err
 		}
-		s := atifStep{StepID: len(tr.Steps) + 1, Source: "agent", Message: t.Text,
+		s := atifStep{StepID: len(tr.Steps) + 1, Source: "agent", Message: r.TextOf(t),
 			Metrics: &atifMetrics{PromptTokens: t.PromptTokens, CompletionTokens: t.CompletionTokens, CachedTokens: t.Cached,
 				CompletionTokenIDs: ids, Logprobs: lps},
 			Extra: map[string]any{"turn": t.Turn, "segment_starts": t.SegmentStarts, "segment_versions": t.SegmentVersions,
@@ -117,11 +117,11 @@ func trajectoryOf(r *Run, a *Attempt) (atifTrajectory, error) {
 			s.Extra["text_cut"] = t.TextCut
 		}
 		for _, c := range calls[t.Turn] {
-			s.ToolCalls = append(s.ToolCalls, atifToolCall{ToolCallID: callID(c), FunctionName: c.Tool, Arguments: map[string]string{"input": c.Input}})
+			s.ToolCalls = append(s.ToolCalls, atifToolCall{ToolCallID: callID(c), FunctionName: c.Tool, Arguments: map[string]string{"input": r.InputOf(c)}})
 			if s.Observation == nil {
 				s.Observation = &atifObservation{}
 			}
-			s.Observation.Results = append(s.Observation.Results, atifResult{SourceCallID: callID(c), Content: c.Output})
+			s.Observation.Results = append(s.Observation.Results, atifResult{SourceCallID: callID(c), Content: r.OutputOf(c)})
 		}
 		tr.Steps = append(tr.Steps, s)
 		tr.FinalMetrics.TotalPromptTokens += t.PromptTokens

@@ -45,13 +45,71 @@ type Run struct {
 	Batches   []*Batch
 
 	tasks map[string]*task
-	// spill holds, one after another, the batches' canonical samples when
-	// Options.Samples keeps them and the turns' token arrays when
-	// Options.Tokens does: on disk, so that a run's tokens do not all sit
-	// in memory until the files that carry them are written.
+	// spill holds, one after another, the turns' and tool calls' text, the
+	// batches' canonical samples when Options.Samples keeps them and the
+	// turns' token arrays when Options.Tokens does: on disk, so that a
+	// run's text and tokens do not all sit in memory until the files that
+	// carry them are written. win is a window of it read ahead, for text
+	// read in the order it was written; spillErr the first read error.
 	spill     *os.File
 	spillSize int64
+	win       []byte
+	winAt     int64
+	spillErr  error
 }
+
+// spilled places a value in a run's spill file.
+type spilled struct {
+	at int64
+	n  int32
+}
+
+// spillText appends s to the run's spill file; "" takes no room.
+func (r *Run) spillText(s string) (spilled, error) {
+	if s == "" {
+		return spilled{}, nil
+	}
+	at, err := r.spillBytes([]byte(s))
+	return spilled{at: at, n: int32(len(s))}, err
+}
+
+// textWindow is how much of the spill file a text read brings in at once.
+const textWindow = 1 << 20
+
+// textOf reads a text back. A read error gives "" and is kept in spillErr,
+// which the writers check before they keep a file (Run.Err).
+func (r *Run) textOf(x spilled) string {
+	if x.n == 0 || r.spill == nil {
+		return ""
+	}
+	end := x.at + int64(x.n)
+	if x.at < r.winAt || end > r.winAt+int64(len(r.win)) {
+		n := min(max(int64(textWindow), int64(x.n)), r.spillSize-x.at)
+		if cap(r.win) < int(n) {
+			r.win = make([]byte, n)
+		}
+		r.win = r.win[:n]
+		if _, err := r.spill.ReadAt(r.win, x.at); err != nil {
+			r.win, r.winAt = r.win[:0], 0
+			if r.spillErr == nil {
+				r.spillErr = fmt.Errorf("dataset: text of run %s: %w", r.Run, err)
+			}
+			return ""
+		}
+		r.winAt = x.at
+	}
+	return string(r.win[x.at-r.winAt : end-r.winAt])
+}
+
+// TextOf is a turn's text ("" when the fact carried none).
+func (r *Run) TextOf(t *Turn) string { return r.textOf(t.text) }
+
+// InputOf and OutputOf are a tool call's input and output text.
+func (r *Run) InputOf(c *ToolCall) string  { return r.textOf(c.input) }
+func (r *Run) OutputOf(c *ToolCall) string { return r.textOf(c.output) }
+
+// Err is the first error reading back what the run keeps on disk.
+func (r *Run) Err() error { return r.spillErr }
 
 // spillBytes appends b to the run's spill file and returns where it sits.
 func (r *Run) spillBytes(b []byte) (int64, error) {
@@ -194,7 +252,8 @@ type Turn struct {
 	// spill file when Options.Tokens keeps them (Run.TokensOf).
 	tokensAt  int64
 	tokensLen int
-	Text      string
+	// text is the turn's text in the run's spill file (Run.TextOf).
+	text      spilled
 	TextCut   int64
 	Finish    string
 	LatencyMS int64
@@ -217,8 +276,10 @@ type ToolCall struct {
 	ExitCode                     int
 	DurationMS, OutputBytes      int64
 	ToFile, Background, TimedOut bool
-	Input, Output                string
-	InputCut, OutputCut          int64
+	// input and output are the call's text in the run's spill file
+	// (Run.InputOf, Run.OutputOf).
+	input, output       spilled
+	InputCut, OutputCut int64
 }
 
 // Batch is one batch.sealed decision and the gradient step that consumed
@@ -277,12 +338,18 @@ type Options struct {
 // seen before (duplicates the fold ignores as well), give no row.
 func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 	r := &Run{Run: src.Run(), Source: src.Describe(), RuleVersion: projections.RuleVersion, tasks: map[string]*task{}}
-	if o.Samples || o.Tokens {
-		f, err := os.CreateTemp(o.ScratchDir, "rolloutledger-export-")
-		if err != nil {
-			return nil, fmt.Errorf("dataset: spill of run %s: %w", r.Run, err)
+	f, err := os.CreateTemp(o.ScratchDir, "rolloutledger-export-")
+	if err != nil {
+		return nil, fmt.Errorf("dataset: spill of run %s: %w", r.Run, err)
+	}
+	r.spill = f
+	interned := map[string]string{}
+	intern := func(s string) string {
+		if v, ok := interned[s]; ok {
+			return v
 		}
-		r.spill = f
+		interned[s] = s
+		return s
 	}
 	built := false
 	defer func() {
@@ -345,10 +412,15 @@ func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 			attempts[d.Attempt] = a
 			r.Attempts = append(r.Attempts, a)
 		case *events.TurnGenerated:
-			t := &Turn{Seq: f.Seq, Partition: f.Partition, Offset: f.Offset, Attempt: d.Attempt, Turn: d.Turn,
+			t := &Turn{Seq: f.Seq, Partition: f.Partition, Offset: f.Offset, Attempt: attemptOf(d.Attempt).Attempt, Turn: d.Turn,
 				PromptTokens: d.PromptTokens, CompletionTokens: d.CompletionTokens, Cached: d.CachedTokens,
 				ObservationTokens: int64(len(d.ObservationTokenIDs)), InlineTokens: int64(len(d.TokenIDs)),
-				Text: d.Text, TextCut: d.TextCut, Finish: d.Finish, LatencyMS: d.LatencyMS}
+				TextCut: d.TextCut, Finish: intern(d.Finish), LatencyMS: d.LatencyMS}
+			text, err := r.spillText(d.Text)
+			if err != nil {
+				return err
+			}
+			t.text = text
 			if o.Tokens {
 				if err := r.spillTokens(t, d.ObservationTokenIDs, d.TokenIDs, d.Logprobs); err != nil {
 					return err
@@ -367,9 +439,18 @@ func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 			a.PromptTokens += d.PromptTokens
 			a.CachedTokens += d.CachedTokens
 		case *events.ToolCalled:
-			c := &ToolCall{Seq: f.Seq, Attempt: d.Attempt, Turn: d.Turn, Call: d.Call, Tool: d.Tool, ExitCode: d.ExitCode,
+			c := &ToolCall{Seq: f.Seq, Attempt: attemptOf(d.Attempt).Attempt, Turn: d.Turn, Call: d.Call, Tool: intern(d.Tool), ExitCode: d.ExitCode,
 				DurationMS: d.DurationMS, OutputBytes: d.OutputBytes, ToFile: d.ToFile, Background: d.Background,
-				TimedOut: d.TimedOut, Input: d.Input, InputCut: d.InputCut, Output: d.Output, OutputCut: d.OutputCut}
+				TimedOut: d.TimedOut, InputCut: d.InputCut, OutputCut: d.OutputCut}
+			input, err := r.spillText(d.Input)
+			if err != nil {
+				return err
+			}
+			output, err := r.spillText(d.Output)
+			if err != nil {
+				return err
+			}
+			c.input, c.output = input, output
 			r.ToolCalls = append(r.ToolCalls, c)
 			a := attemptOf(d.Attempt)
 			a.calls = append(a.calls, c)
@@ -391,7 +472,7 @@ func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 		return nil
 	}
 	var view projections.StateView
-	err := foldInto(ctx, src, o, collect, func(store projections.Store) (err error) {
+	err = foldInto(ctx, src, o, collect, func(store projections.Store) (err error) {
 		view, err = projections.ViewSummary(store)
 		return err
 	})

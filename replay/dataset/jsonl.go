@@ -44,6 +44,9 @@ lines:
 		}
 	}
 	if err == nil {
+		err = spillErr(runs)
+	}
+	if err == nil {
 		err = bw.Flush()
 	}
 	if err := commitFile(tmp, path, err); err != nil {

@@ -52,14 +52,14 @@ func messagesOf(r *Run, a *Attempt) chatLine {
 	l.Reward = l.Metadata.Reward
 	calls := callsByTurn(a)
 	for _, t := range a.turns {
-		m := chatMessage{Role: "assistant", Content: t.Text}
+		m := chatMessage{Role: "assistant", Content: r.TextOf(t)}
 		for _, c := range calls[t.Turn] {
-			args, _ := json.Marshal(map[string]string{"input": c.Input})
+			args, _ := json.Marshal(map[string]string{"input": r.InputOf(c)})
 			m.ToolCalls = append(m.ToolCalls, chatCall{ID: callID(c), Type: "function", Function: chatFunction{Name: c.Tool, Arguments: string(args)}})
 		}
 		l.Messages = append(l.Messages, m)
 		for _, c := range calls[t.Turn] {
-			l.Messages = append(l.Messages, chatMessage{Role: "tool", ToolCallID: callID(c), Content: c.Output})
+			l.Messages = append(l.Messages, chatMessage{Role: "tool", ToolCallID: callID(c), Content: r.OutputOf(c)})
 		}
 	}
 	return l

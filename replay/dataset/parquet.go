@@ -137,6 +137,9 @@ func writeTableFile(dir, rel, table string, runs []*Run) (File, error) {
 	h := sha256.New()
 	cw := &countWriter{w: io.MultiWriter(tmp, h)}
 	rows, err := writeTable(cw, table, runs)
+	if err == nil {
+		err = spillErr(runs)
+	}
 	if err := commitFile(tmp, path, err); err != nil {
 		return File{}, err
 	}
@@ -292,4 +295,15 @@ func dictionaryFull[R any](cols []column[R], b *array.RecordBuilder) bool {
 		}
 	}
 	return false
+}
+
+// spillErr is the first error any of runs met reading back what it keeps
+// on disk while a file was written: the file is not kept.
+func spillErr(runs []*Run) error {
+	for _, r := range runs {
+		if err := r.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
 }

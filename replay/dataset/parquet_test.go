@@ -19,7 +19,7 @@ func manyAttemptsRun() *Run {
 		id := fmt.Sprintf("attempt-%08d-", i)
 		id += strings.Repeat("x", 200-len(id))
 		r.Turns = append(r.Turns, &Turn{Seq: uint64(i + 1), Offset: int64(i), Attempt: id, Turn: i % 7,
-			SegmentStarts: []int64{0}, SegmentVersions: []int64{int64(i / 1000)}, Finish: "stop", Text: "t"})
+			SegmentStarts: []int64{0}, SegmentVersions: []int64{int64(i / 1000)}, Finish: "stop"})
 	}
 	return r
 }

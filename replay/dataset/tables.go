@@ -66,7 +66,7 @@ var turnColumns = []column[*Turn]{
 	i64Col("inline_tokens", func(r *row[*Turn]) int64 { return r.r.InlineTokens }),
 	dictionary(strCol("finish", func(r *row[*Turn]) string { return r.r.Finish })),
 	i64Col("latency_ms", func(r *row[*Turn]) int64 { return r.r.LatencyMS }),
-	optStrCol("text", func(r *row[*Turn]) string { return r.r.Text }),
+	optStrCol("text", func(r *row[*Turn]) string { return r.run.TextOf(r.r) }),
 	i64Col("text_cut", func(r *row[*Turn]) int64 { return r.r.TextCut }),
 }
 
@@ -83,9 +83,9 @@ var toolCallColumns = []column[*ToolCall]{
 	boolCol("to_file", func(r *row[*ToolCall]) bool { return r.r.ToFile }),
 	boolCol("background", func(r *row[*ToolCall]) bool { return r.r.Background }),
 	boolCol("timed_out", func(r *row[*ToolCall]) bool { return r.r.TimedOut }),
-	optStrCol("input", func(r *row[*ToolCall]) string { return r.r.Input }),
+	optStrCol("input", func(r *row[*ToolCall]) string { return r.run.InputOf(r.r) }),
 	i64Col("input_cut", func(r *row[*ToolCall]) int64 { return r.r.InputCut }),
-	optStrCol("output", func(r *row[*ToolCall]) string { return r.r.Output }),
+	optStrCol("output", func(r *row[*ToolCall]) string { return r.run.OutputOf(r.r) }),
 	i64Col("output_cut", func(r *row[*ToolCall]) int64 { return r.r.OutputCut }),
 }
 
