@@ -3,6 +3,7 @@ package pgsink_test
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -226,18 +227,19 @@ func TestAnotherLogUnderTheSameTopics(t *testing.T) {
 
 // The catalogue v2 migration gives the turns stored before it their one
 // segment, at their policy version, and no text.
-func TestCatalogueV2MigrationBackfills(t *testing.T) {
-	url := testenv.Postgres(t)
+// migratedTo makes a fresh schema migrated up to version, and a
+// connection whose search path is that schema.
+func migratedTo(t *testing.T, url string, version int64) (string, *sql.DB) {
+	t.Helper()
 	schema := testenv.Schema(t, url)
-	ctx := context.Background()
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.RuntimeParams["search_path"] = schema
 	db := stdlib.OpenDB(*cfg)
-	defer db.Close()
-	if _, err := db.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
+	t.Cleanup(func() { db.Close() })
+	if _, err := db.Exec("CREATE SCHEMA " + schema); err != nil {
 		t.Fatal(err)
 	}
 	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS,
@@ -245,9 +247,16 @@ func TestCatalogueV2MigrationBackfills(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.UpTo(ctx, 3); err != nil {
+	if _, err := p.UpTo(context.Background(), version); err != nil {
 		t.Fatal(err)
 	}
+	return schema, db
+}
+
+func TestCatalogueV2MigrationBackfills(t *testing.T) {
+	url := testenv.Postgres(t)
+	ctx := context.Background()
+	schema, db := migratedTo(t, url, 3)
 	for i, v := range []int64{0, 7} {
 		if _, err := db.ExecContext(ctx, `INSERT INTO turns (event_id, run, producer, at, log_partition, log_offset, attempt, turn,
 			policy_version, prompt_tokens, completion_tokens, cached_tokens, observation_tokens, inline_tokens, finish, latency_ms)
@@ -293,26 +302,8 @@ func TestCatalogueV2MigrationBackfills(t *testing.T) {
 // order, several to a statement or one at a time (the triggers).
 func TestAttemptSummaryFirstInLogOrder(t *testing.T) {
 	url := testenv.Postgres(t)
-	schema := testenv.Schema(t, url)
 	ctx := context.Background()
-	cfg, err := pgx.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.RuntimeParams["search_path"] = schema
-	db := stdlib.OpenDB(*cfg)
-	defer db.Close()
-	if _, err := db.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
-	}
-	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS,
-		goose.WithTableName(schema+".goose_db_version"), goose.WithDisableGlobalRegistry(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.UpTo(ctx, 5); err != nil {
-		t.Fatal(err)
-	}
+	schema, db := migratedTo(t, url, 5)
 	exec := func(q string, args ...any) {
 		t.Helper()
 		if _, err := db.ExecContext(ctx, q, args...); err != nil {
