@@ -192,7 +192,11 @@ func (s *Service) runs(w http.ResponseWriter, r *http.Request) {
 
 // Status is a run's progress as the projector sees it.
 type Status struct {
-	Run           string `json:"run"`
+	Run string `json:"run"`
+	// FactsFolded is how many of the run's facts the projector has folded
+	// and committed: a trainer waiting for a batch sees it grow while the
+	// projector catches up.
+	FactsFolded   uint64 `json:"facts_folded"`
 	BatchesSealed uint64 `json:"batches_sealed"`
 	TasksAdmitted uint64 `json:"tasks_admitted"`
 	TasksRejected uint64 `json:"tasks_rejected"`
@@ -221,5 +225,11 @@ func (s *Service) status(w http.ResponseWriter, r *http.Request) {
 		}
 		*f.dst = n
 	}
+	n, err := s.Projector.Folded(run)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	st.FactsFolded = n
 	httpx.WriteJSON(w, http.StatusOK, st)
 }

@@ -202,3 +202,11 @@ func (p *Projector) LastSeq(run string, kind events.Type) (uint64, error) {
 	}
 	return binary.BigEndian.Uint64(k[len(k)-8:]), nil
 }
+
+// Folded is how many of a run's facts the projector has folded and
+// committed (duplicates included: the fold's fact sequence number), 0 for
+// a run it has not seen.
+func (p *Projector) Folded(run string) (uint64, error) {
+	v, err := projections.ViewSummary(stateStore(newWindow(p.db), run))
+	return v.Facts, err
+}

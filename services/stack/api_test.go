@@ -205,14 +205,24 @@ func TestTrainerInterface(t *testing.T) {
 	}
 
 	var status struct {
+		FactsFolded   uint64 `json:"facts_folded"`
 		BatchesSealed uint64 `json:"batches_sealed"`
 		TasksAdmitted uint64 `json:"tasks_admitted"`
 		TasksRejected uint64 `json:"tasks_rejected"`
 	}
-	_, body := get(t, s.URL()+"/v1/runs/"+run+"/status")
-	_ = json.Unmarshal(body, &status)
-	if status.BatchesSealed < 3 || status.TasksAdmitted+status.TasksRejected != 24 {
-		t.Errorf("status: %s, want >= 3 batches and 24 admission decisions", body)
+	// facts_folded reaches every record of the run on the facts topic
+	// once the projector has caught up.
+	logged := uint64(len(ledgertest.Facts(t, kc)[run]))
+	var body []byte
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		_, body = get(t, s.URL()+"/v1/runs/"+run+"/status")
+		_ = json.Unmarshal(body, &status)
+		if status.FactsFolded == logged || time.Now().After(deadline) {
+			break
+		}
+	}
+	if status.FactsFolded != logged || status.BatchesSealed < 3 || status.TasksAdmitted+status.TasksRejected != 24 {
+		t.Errorf("status: %s, want all %d facts folded, >= 3 batches and 24 admission decisions", body, logged)
 	}
 	_, body = get(t, s.URL()+"/v1/runs")
 	if !strings.Contains(string(body), `"run":"`+run+`"`) {

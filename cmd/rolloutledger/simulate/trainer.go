@@ -25,8 +25,10 @@ type TrainerOptions struct {
 	URL, Run string
 	// Steps is how many batches to consume before stopping.
 	Steps int
-	// Idle bounds the wait for one batch once Pushed is closed; default
-	// 10 s. Until then the trainer waits as long as rollouts go on.
+	// Idle bounds the wait for one batch once Pushed is closed and the
+	// projector has stopped folding the run's facts (its status's
+	// facts_folded no longer grows); default 10 s. Until then the trainer
+	// waits as long as rollouts go on or the projector catches up.
 	Idle time.Duration
 	// Pushed is closed when the rollouts are all acknowledged; nil means
 	// they already are.
@@ -97,6 +99,7 @@ func Train(ctx context.Context, o TrainerOptions) ([]TrainerStep, error) {
 	p := newPusher(Options{URL: o.URL, Token: o.Token, Client: o.Client, Logger: o.Logger, Workers: 1}.withDefaults())
 	var steps []TrainerStep
 	var idleSince time.Time
+	folded := uint64(0)
 	for k := 1; k <= o.Steps; k++ {
 		m, ok, err := nextBatch(ctx, o, base, k)
 		received := time.Now()
@@ -106,6 +109,12 @@ func Train(ctx context.Context, o TrainerOptions) ([]TrainerStep, error) {
 		if !ok {
 			select {
 			case <-o.Pushed:
+				// A projector still catching up on the run (a slow or
+				// loaded machine) may seal the batch yet: idle counts
+				// from when it stopped folding.
+				if n, err := factsFolded(ctx, o, base); err == nil && n > folded {
+					folded, idleSince = n, time.Time{}
+				}
 				if idleSince.IsZero() {
 					idleSince = time.Now()
 				}
@@ -135,6 +144,24 @@ func Train(ctx context.Context, o TrainerOptions) ([]TrainerStep, error) {
 		steps = append(steps, st)
 	}
 	return steps, nil
+}
+
+// factsFolded is the run's status's facts_folded: how many of its facts
+// the projector has folded.
+func factsFolded(ctx context.Context, o TrainerOptions, base string) (uint64, error) {
+	resp, err := get(ctx, o, base+"/status")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("trainer: status: %s", resp.Status)
+	}
+	var st struct {
+		FactsFolded uint64 `json:"facts_folded"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	return st.FactsFolded, err
 }
 
 func get(ctx context.Context, o TrainerOptions, url string) (*http.Response, error) {

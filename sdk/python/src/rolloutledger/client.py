@@ -432,8 +432,9 @@ class Ledger:
         return self._get("/v1/runs").json()["runs"]
 
     def status(self, run: str) -> dict:
-        """{"run", "batches_sealed", "tasks_admitted", "tasks_rejected",
-        "findings"}."""
+        """{"run", "facts_folded", "batches_sealed", "tasks_admitted",
+        "tasks_rejected", "findings"}: the facts the projector has folded,
+        and the highest sequence number of each kind of decision."""
         return self._get(self._run_path(run) + "/status").json()
 
     def task(self, run: str, task: str) -> dict:
