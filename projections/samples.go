@@ -334,29 +334,28 @@ func (s *sampleColumns) fillMask(m uint8, n int) {
 	}
 }
 
+// turnPayload is a turn's stored payload as little-endian words: its
+// observation token ids, completion token ids and log-probs.
+func (c *applyCtx) turnPayload(attempt string, turn int64) (obs, toks, lps []byte, err error) {
+	b, ok, err := c.s.Get(turnKey(attempt, turn))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if !ok {
+		return nil, nil, nil, fmt.Errorf("%w: tokens of turn %d of attempt %s missing", ErrCorruptState, turn, attempt)
+	}
+	return payloadWords(b)
+}
+
 // payloadTokens is the number of tokens, observation and completion, a
 // turn's stored payload gives its sample.
 func (c *applyCtx) payloadTokens(attempt string, turn int64) (int, error) {
-	b, ok, err := c.s.Get(turnKey(attempt, turn))
-	if err != nil {
-		return 0, err
-	}
-	if !ok {
-		return 0, fmt.Errorf("%w: tokens of turn %d of attempt %s missing", ErrCorruptState, turn, attempt)
-	}
-	obs, toks, _, err := payloadWords(b)
+	obs, toks, _, err := c.turnPayload(attempt, turn)
 	return (len(obs) + len(toks)) / 4, err
 }
 
 func (c *applyCtx) appendTurn(s *sampleColumns, attempt string, t *BatchTurn) error {
-	b, ok, err := c.s.Get(turnKey(attempt, t.Turn))
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return fmt.Errorf("%w: tokens of turn %d of attempt %s missing", ErrCorruptState, t.Turn, attempt)
-	}
-	obs, toks, lps, err := payloadWords(b)
+	obs, toks, lps, err := c.turnPayload(attempt, t.Turn)
 	if err != nil {
 		return err
 	}

@@ -77,11 +77,17 @@ type TaskView struct {
 // config and the tree head. Unlike ViewState it lists nothing, so it reads
 // any Store, a fold state on disk included.
 func ViewSummary(s Store) (StateView, error) {
-	var v StateView
 	c := &applyCtx{s: s}
 	if err := c.loadHeader(); err != nil {
-		return v, err
+		return StateView{}, err
 	}
+	return c.viewSummary()
+}
+
+// viewSummary is ViewSummary of the state whose header c has loaded.
+func (c *applyCtx) viewSummary() (StateView, error) {
+	var v StateView
+	s := c.s
 	v.Facts, v.Configured = c.h.facts, c.h.configured
 	v.Decisions = DecisionCounts{BatchSealed: c.h.sealed, TaskAdmitted: c.h.admitted, TaskRejected: c.h.rejected, AuditFinding: c.h.findings}
 	cfg, err := c.config()
@@ -102,12 +108,12 @@ func ViewSummary(s Store) (StateView, error) {
 
 // ViewState reads a fold's state from s.
 func ViewState(s *MemStore) (StateView, error) {
-	v, err := ViewSummary(s)
-	if err != nil {
-		return v, err
-	}
 	c := &applyCtx{s: s}
 	if err := c.loadHeader(); err != nil {
+		return StateView{}, err
+	}
+	v, err := c.viewSummary()
+	if err != nil {
 		return v, err
 	}
 
