@@ -53,7 +53,7 @@ func AsOfStep(ctx context.Context, src Source, k uint64) (*StepState, error) {
 	}
 	st := &StepState{Run: src.Run(), Step: k}
 	// Under the configuration the run's decisions recorded, as Verify.
-	decided, err := decidedConfig(ctx, src)
+	decided, err := decidedConfig(ctx, src, nil)
 	if err != nil {
 		return nil, err
 	}

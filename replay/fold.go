@@ -29,7 +29,7 @@ type FoldOptions struct {
 // fold's state on disk (docs/design.md §14.2), so its memory does not grow
 // with the run.
 func Fold(ctx context.Context, src Source, o FoldOptions, fn func(Fact, []projections.Decision) error, end func(projections.Store) error) error {
-	config, err := decidedConfig(ctx, src)
+	config, err := decidedConfig(ctx, src, nil)
 	if err != nil {
 		return err
 	}
@@ -58,9 +58,10 @@ func Fold(ctx context.Context, src Source, o FoldOptions, fn func(Fact, []projec
 
 // decidedConfig is the configuration the run's first recorded batch was
 // made under (nil when no decision records one), read from src's
-// decisions; a decision of other rules than this build's is a
-// RuleVersionError.
-func decidedConfig(ctx context.Context, src Source) (*events.Config, error) {
+// decisions in one pass; a decision of other rules than this build's is a
+// RuleVersionError. each, when set, sees every recorded decision in that
+// pass, for callers that read the decisions for more than the config.
+func decidedConfig(ctx context.Context, src Source, each func(Recorded, decisionInfo) error) (*events.Config, error) {
 	var config *events.Config
 	var configSeq uint64
 	err := src.Decisions(ctx, func(r Recorded) error {
@@ -73,6 +74,9 @@ func decidedConfig(ctx context.Context, src Source) (*events.Config, error) {
 		}
 		if d.Config != nil && (config == nil || d.Seq < configSeq) {
 			config, configSeq = d.Config, d.Seq
+		}
+		if each != nil {
+			return each(r, d)
 		}
 		return nil
 	})

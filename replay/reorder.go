@@ -114,7 +114,7 @@ func Reorder(ctx context.Context, src Source, o ReorderOptions) (*ReorderReport,
 	if newFold == nil {
 		// Every pass folds under the configuration the run's decisions
 		// recorded, as Verify does.
-		decided, err := decidedConfig(ctx, src)
+		decided, err := decidedConfig(ctx, src, nil)
 		if err != nil {
 			return nil, err
 		}

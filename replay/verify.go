@@ -149,24 +149,13 @@ func Verify(ctx context.Context, src Source, o VerifyOptions) (*Report, error) {
 	recorded := map[string]*recordedEntry{}
 	var order []string // recorded ids, in the order recorded
 	var heads []RecordedHead
-	// The configuration the run's first recorded batch was made under.
-	var config *events.Config
-	var configSeq uint64
-	err := src.Decisions(ctx, func(r Recorded) error {
+	// The configuration the run's first recorded batch was made under,
+	// read in the same pass as the recorded decisions.
+	config, err := decidedConfig(ctx, src, func(r Recorded, d decisionInfo) error {
 		rep.RecordedRecords++
-		d, err := parseRecorded(r)
-		if err != nil {
-			return fmt.Errorf("replay: %w", err)
-		}
-		if d.RuleVersion != projections.RuleVersion {
-			return &RuleVersionError{Run: rep.Run, Decision: d.ID, Recorded: d.RuleVersion}
-		}
 		if d.Type == projections.KindAuditFinding && d.Fact.Seq == 0 && d.ID == events.MisroutedID(rep.Run, d.Fact.Partition, d.Fact.Offset) {
 			rep.Misrouted++
 			return nil
-		}
-		if d.Config != nil && (config == nil || d.Seq < configSeq) {
-			config, configSeq = d.Config, d.Seq
 		}
 		sum := sha256.Sum256(r.Value)
 		if e, ok := recorded[d.ID]; ok {

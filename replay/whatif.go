@@ -236,10 +236,12 @@ func (s *StepSummary) add(o *StepSummary) {
 // configuration and compares the batches with the recorded ones.
 func WhatIf(ctx context.Context, src Source, o Overrides) (*WhatIfResult, error) {
 	res := &WhatIfResult{Run: src.Run(), Overrides: o.Settings}
+	// The recorded batches, and the run's configuration as its decisions
+	// recorded it, not this build's defaults (docs/design.md §4.3), for
+	// the overrides to go over: one pass over the decisions.
 	var recorded []projections.Manifest
-	err := src.Decisions(ctx, func(r Recorded) error {
-		d, err := parseRecorded(r)
-		if err != nil || d.Type != projections.KindBatchSealed {
+	decided, err := decidedConfig(ctx, src, func(r Recorded, d decisionInfo) error {
+		if d.Type != projections.KindBatchSealed {
 			return nil
 		}
 		m, err := projections.ManifestOf(r.Value)
@@ -252,12 +254,6 @@ func WhatIf(ctx context.Context, src Source, o Overrides) (*WhatIfResult, error)
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	// The run's configuration as its decisions recorded it, not this
-	// build's defaults (docs/design.md §4.3), and the overrides over it.
-	decided, err := decidedConfig(ctx, src)
 	if err != nil {
 		return nil, err
 	}
