@@ -85,18 +85,15 @@ func (r *Run) textOf(x spilled) string {
 	end := x.at + int64(x.n)
 	if x.at < r.winAt || end > r.winAt+int64(len(r.win)) {
 		n := min(max(int64(textWindow), int64(x.n)), r.spillSize-x.at)
-		if cap(r.win) < int(n) {
-			r.win = make([]byte, n)
-		}
-		r.win = r.win[:n]
-		if _, err := r.spill.ReadAt(r.win, x.at); err != nil {
+		win, err := r.readSpill(x.at, int(n), r.win)
+		if err != nil {
 			r.win, r.winAt = r.win[:0], 0
 			if r.spillErr == nil {
-				r.spillErr = fmt.Errorf("dataset: text of run %s: %w", r.Run, err)
+				r.spillErr = err
 			}
 			return ""
 		}
-		r.winAt = x.at
+		r.win, r.winAt = win, x.at
 	}
 	return string(r.win[x.at-r.winAt : end-r.winAt])
 }
@@ -134,8 +131,9 @@ func (r *Run) readSpill(at int64, n int, buf []byte) ([]byte, error) {
 	return buf, nil
 }
 
-// Close removes what Build kept on disk for the run (the batches' samples,
-// the turns' tokens). The run's rows stay readable; those do not.
+// Close removes what Build kept on disk for the run: the turns' and tool
+// calls' text, the batches' samples, the turns' tokens. The rows' other
+// columns stay readable; those read back empty.
 func (r *Run) Close() error {
 	if r.spill == nil {
 		return nil
@@ -168,25 +166,18 @@ func (r *Run) TokensOf(t *Turn) (obs, ids []int32, lps []float32, err error) {
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	words := func(n int) []uint32 {
-		out := make([]uint32, n)
-		for i := range out {
-			out[i] = binary.LittleEndian.Uint32(b[4*i:])
-		}
-		b = b[4*n:]
-		return out
+	nObs, nIDs := int(t.ObservationTokens), int(t.InlineTokens)
+	obs, ids, lps = make([]int32, nObs), make([]int32, nIDs), make([]float32, len(b)/4-nObs-nIDs)
+	for i := range obs {
+		obs[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
 	}
-	o, c := words(int(t.ObservationTokens)), words(int(t.InlineTokens))
-	l := words(len(b) / 4)
-	obs, ids, lps = make([]int32, len(o)), make([]int32, len(c)), make([]float32, len(l))
-	for i, v := range o {
-		obs[i] = int32(v)
+	b = b[4*nObs:]
+	for i := range ids {
+		ids[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
 	}
-	for i, v := range c {
-		ids[i] = int32(v)
-	}
-	for i, v := range l {
-		lps[i] = math.Float32frombits(v)
+	b = b[4*nIDs:]
+	for i := range lps {
+		lps[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
 	}
 	return obs, ids, lps, nil
 }
@@ -324,9 +315,9 @@ type Options struct {
 	// Tokens keeps each turn's token ids and log-probs (the trajectory
 	// formats carry them; the tables carry the samples' instead).
 	Tokens bool
-	// ScratchDir is where the fold's state, and the samples Samples
-	// keeps, are kept on disk; empty means the system's temporary
-	// directory.
+	// ScratchDir is where the fold's state and the run's spill file
+	// (text, and the samples and tokens kept) are kept on disk; empty
+	// means the system's temporary directory.
 	ScratchDir string
 	// Samples keeps each batch's samples, on disk until Run.Close (the
 	// tables carry them; the trajectory formats do not).
@@ -412,7 +403,8 @@ func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 			attempts[d.Attempt] = a
 			r.Attempts = append(r.Attempts, a)
 		case *events.TurnGenerated:
-			t := &Turn{Seq: f.Seq, Partition: f.Partition, Offset: f.Offset, Attempt: attemptOf(d.Attempt).Attempt, Turn: d.Turn,
+			a := attemptOf(d.Attempt)
+			t := &Turn{Seq: f.Seq, Partition: f.Partition, Offset: f.Offset, Attempt: a.Attempt, Turn: d.Turn,
 				PromptTokens: d.PromptTokens, CompletionTokens: d.CompletionTokens, Cached: d.CachedTokens,
 				ObservationTokens: int64(len(d.ObservationTokenIDs)), InlineTokens: int64(len(d.TokenIDs)),
 				TextCut: d.TextCut, Finish: intern(d.Finish), LatencyMS: d.LatencyMS}
@@ -432,14 +424,14 @@ func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 			}
 			r.Turns = append(r.Turns, t)
 			turnAt[projections.LogPosition{Partition: f.Partition, Offset: f.Offset}] = t
-			a := attemptOf(d.Attempt)
 			a.turns = append(a.turns, t)
 			a.Turns++
 			a.CompletionTokens += d.CompletionTokens
 			a.PromptTokens += d.PromptTokens
 			a.CachedTokens += d.CachedTokens
 		case *events.ToolCalled:
-			c := &ToolCall{Seq: f.Seq, Attempt: attemptOf(d.Attempt).Attempt, Turn: d.Turn, Call: d.Call, Tool: intern(d.Tool), ExitCode: d.ExitCode,
+			a := attemptOf(d.Attempt)
+			c := &ToolCall{Seq: f.Seq, Attempt: a.Attempt, Turn: d.Turn, Call: d.Call, Tool: intern(d.Tool), ExitCode: d.ExitCode,
 				DurationMS: d.DurationMS, OutputBytes: d.OutputBytes, ToFile: d.ToFile, Background: d.Background,
 				TimedOut: d.TimedOut, InputCut: d.InputCut, OutputCut: d.OutputCut}
 			input, err := r.spillText(d.Input)
@@ -452,7 +444,6 @@ func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 			}
 			c.input, c.output = input, output
 			r.ToolCalls = append(r.ToolCalls, c)
-			a := attemptOf(d.Attempt)
 			a.calls = append(a.calls, c)
 		case *events.AttemptFinished:
 			if a := attemptOf(d.Attempt); a.Outcome == "" {

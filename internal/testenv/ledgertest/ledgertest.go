@@ -139,10 +139,10 @@ var positionalColumn = regexp.MustCompile(`(^|_)(partition|offset)$|^fact_seq$|^
 
 // SameTables fails the test unless every table of the read model holds
 // the same rows (as multisets) in schemas a and b: the tables the sink
-// writes and those its triggers keep, all but the migrator's own. With meaningOnly, columns
-// that say where records sit in the log, and the tables that only count
-// records, are left out: a log holding duplicates is compared with a clean
-// one by what its rows say.
+// writes and those its triggers keep, all but the migrator's own. With
+// meaningOnly, columns that say where records sit in the log, and the
+// tables that only count records, are left out: a log holding duplicates
+// is compared with a clean one by what its rows say.
 func SameTables(t testing.TB, conn *pgx.Conn, a, b string, meaningOnly bool) {
 	t.Helper()
 	ctx := context.Background()
