@@ -83,6 +83,11 @@ opts=(-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF
 if grep -rqs 'LLAMA_OPENSSL' "$SRC/CMakeLists.txt" "$SRC"/common/CMakeLists.txt "$SRC"/tools/server/CMakeLists.txt; then
   opts+=(-DLLAMA_OPENSSL=OFF)
 fi
+# Never fetch the server's web UI at configure time (tests do not need it,
+# and a build must not depend on more than PyPI).
+if grep -qs 'LLAMA_USE_PREBUILT_UI' "$SRC/CMakeLists.txt"; then
+  opts+=(-DLLAMA_USE_PREBUILT_UI=OFF)
+fi
 if grep -qs 'LLAMA_BUILD_TOOLS' "$SRC/CMakeLists.txt"; then
   # The server lives under tools/ in recent trees; only its target is built.
   opts+=(-DLLAMA_BUILD_TOOLS=ON)
