@@ -37,6 +37,9 @@ type badInput struct {
 	detail []string
 	// large bodies stay out of the shared test vectors.
 	large bool
+	// ingestOnly marks a rule for new facts alone: Decode reads a record
+	// of the log as it was written, by the rules of its day.
+	ingestOnly bool
 }
 
 // verdict runs a request body through ingest's path: DecodeBatch, then
@@ -191,6 +194,30 @@ func badInputs() []badInput {
 		{name: "entity/empty", body: failed(failedData.set("attempt", q(""))), err: events.ErrInvalidValue, field: "data.attempt"},
 		{name: "entity/empty retry_of", body: record(events.TypeAttemptStarted, attemptStartedData.set("retry_of", q(""))).String(), err: events.ErrInvalidValue, field: "data.retry_of"},
 		{name: "entity/source", body: envelopeWith("source", q("engine 17")), err: events.ErrInvalidValue, field: "source"},
+		{name: "entity/dot", body: failed(failedData.set("attempt", q("."))), err: events.ErrInvalidValue, field: "data.attempt", detail: []string{"path segment"}, ingestOnly: true},
+		{name: "entity/dot dot", body: record(events.TypeGroupStarted, groupStartedData.set("group", q(".."))).String(), err: events.ErrInvalidValue, field: "data.group", ingestOnly: true},
+		{name: "entity/dot dot segment", body: record(events.TypeAttemptStarted, attemptStartedData.set("vm", q("vm/../host-4"))).String(), err: events.ErrInvalidValue, field: "data.vm", ingestOnly: true},
+		{name: "entity/dot segment", body: record(events.TypeAttemptStarted, attemptStartedData.set("engine", q("engine/./17"))).String(), err: events.ErrInvalidValue, field: "data.engine", ingestOnly: true},
+		{name: "entity/leading dot dot", body: record(events.TypeGroupStarted, groupStartedData.set("task", q("../t-3"))).String(), err: events.ErrInvalidValue, field: "data.task", ingestOnly: true},
+		{name: "entity/leading dot", body: record(events.TypeGroupStarted, groupStartedData.set("task", q("./t-3"))).String(), err: events.ErrInvalidValue, field: "data.task", ingestOnly: true},
+		{name: "entity/trailing dot dot", body: envelopeWith("source", q("engine-17/..")), err: events.ErrInvalidValue, field: "source", ingestOnly: true},
+		{name: "entity/trailing dot", body: record(events.TypeAttemptStarted, attemptStartedData.set("retry_of", q("a-0/."))).String(), err: events.ErrInvalidValue, field: "data.retry_of", ingestOnly: true},
+		{name: "entity/dot dot in 2nd event", body: array(failed(failedData), failed(failedData.set("attempt", q("a/../../b")))), err: events.ErrInvalidValue, index: 1, field: "data.attempt", ingestOnly: true},
+
+		// An escape of half a UTF-16 surrogate pair: JSON parsers turn it
+		// into U+FFFD, which is not what was sent.
+		{name: "surrogate/lone high", body: failed(failedData.set("reason", `"host \ud800 lost"`)), err: events.ErrInvalidValue, field: "data.reason", detail: []string{`\ud800`, "surrogate"}, ingestOnly: true},
+		{name: "surrogate/lone low", body: failed(failedData.set("reason", `"\uDC00"`)), err: events.ErrInvalidValue, field: "data.reason", detail: []string{`\uDC00`}, ingestOnly: true},
+		{name: "surrogate/high then not low", body: failed(failedData.set("reason", `"\ud83d\u0041"`)), err: events.ErrInvalidValue, field: "data.reason", detail: []string{`\ud83d`}, ingestOnly: true},
+		{name: "surrogate/high then high", body: failed(failedData.set("reason", `"\ud83d\ud83d\ude00"`)), err: events.ErrInvalidValue, field: "data.reason", ingestOnly: true},
+		{name: "surrogate/high at the end", body: failed(failedData.set("reason", `"lost\ud800"`)), err: events.ErrInvalidValue, field: "data.reason", ingestOnly: true},
+		{name: "surrogate/low after an escaped backslash", body: failed(failedData.set("reason", `"\\\udc00"`)), err: events.ErrInvalidValue, field: "data.reason", ingestOnly: true},
+		{name: "surrogate/in an id", body: failed(failedData.set("attempt", `"a\ud800"`)), err: events.ErrInvalidValue, field: "data.attempt", ingestOnly: true},
+		{name: "surrogate/in the envelope", body: envelopeWith("source", `"engine-\udfff"`), err: events.ErrInvalidValue, field: "source", ingestOnly: true},
+		{name: "surrogate/in a nested object", body: record(events.TypeTaskRegistered, taskRegisteredData.set("gates", `[{"name":"b\ud800","passed":true}]`)).String(), err: events.ErrInvalidValue, field: "data.gates[0].name", ingestOnly: true},
+		{name: "surrogate/in a map key", body: gradient(gradientData.set("logprob_gap", `{"1":0.065,"\ud800":0.08}`)), err: events.ErrInvalidValue, field: "data.logprob_gap", ingestOnly: true},
+		{name: "surrogate/in an enum", body: record(events.TypeGroupStarted, groupStartedData.set("purpose", `"tr\udbffain"`)).String(), err: events.ErrInvalidValue, field: "data.purpose", ingestOnly: true},
+		{name: "surrogate/in 2nd event", body: array(failed(failedData), failed(failedData.set("reason", `"\ud800"`))), err: events.ErrInvalidValue, index: 1, field: "data.reason", ingestOnly: true},
 
 		// Time.
 		{name: "at/words", body: envelopeWith("at", q("yesterday")), err: events.ErrInvalidValue, field: "at"},
@@ -413,6 +440,9 @@ func TestDecodeRefuses(t *testing.T) {
 				return
 			}
 			_, derr := events.Decode([]byte(tc.body))
+			if tc.ingestOnly {
+				return // TestDecodeReadsTheLogAsWritten
+			}
 			if derr == nil {
 				t.Fatalf("Decode: got no error, want %v", tc.err)
 			}
@@ -453,6 +483,37 @@ func checkFieldError(t *testing.T, err error, tc badInput) {
 	}
 }
 
+// Ingest's newer rules hold new facts only: a record already in the log
+// with an id of "." segments, or a lone surrogate escape, decodes as it
+// did when it was written, so a replay of an old log decides what the
+// projector decided then.
+func TestDecodeReadsTheLogAsWritten(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		check      func(events.Event) bool
+	}{
+		{"dot dot segment", failed(failedData.set("attempt", q("a/../b"))), func(ev events.Event) bool {
+			return ev.Data.(*events.AttemptFailed).Attempt == "a/../b"
+		}},
+		{"lone surrogate", failed(failedData.set("reason", `"host \ud800 lost"`)), func(ev events.Event) bool {
+			return ev.Data.(*events.AttemptFailed).Reason == "host \uFFFD lost"
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := verdict([]byte(tc.body)); err == nil {
+				t.Fatal("ingest: got no error, want the body refused")
+			}
+			ev, err := events.Decode([]byte(tc.body))
+			if err != nil {
+				t.Fatalf("Decode: got %v, want the record read", err)
+			}
+			if !tc.check(ev) {
+				t.Errorf("Decode: got %+v", ev.Data)
+			}
+		})
+	}
+}
+
 // TestDecodeAccepts holds the valid side of each boundary that badInputs
 // probes.
 func TestDecodeAccepts(t *testing.T) {
@@ -466,6 +527,11 @@ func TestDecodeAccepts(t *testing.T) {
 		{"run with dots", envelopeWith("run", q("...x._-"))},
 		{"entity of 200", failed(failedData.set("attempt", q(long(200))))},
 		{"entity punctuation", failed(failedData.set("attempt", q("host-4:/a.b_c")))},
+		{"entity dots beside other characters", failed(failedData.set("attempt", q(".a/b./..c/c../.../a..b")))},
+		{"entity of empty segments", failed(failedData.set("attempt", q("/a//b/")))},
+		{"surrogate pair", failed(failedData.set("reason", `"\ud83d\ude00 \uD83D\uDE00"`))},
+		{"escaped backslash before u", failed(failedData.set("reason", `"\\ud800"`))},
+		{"escape beside a surrogate", failed(failedData.set("reason", `"\n\ud83d\ude00\u00e9\uffff"`))},
 		{"text of MaxTextBytes", failed(failedData.set("reason", q(long(events.MaxTextBytes))))},
 		{"unicode text", failed(failedData.set("reason", q("host «4» 断开")))},
 		{"year 0000", envelopeWith("at", q("0000-01-01T00:00:00Z"))},

@@ -125,7 +125,9 @@ const uuidPattern = `^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[89abAB][0-9a
 const timePattern = `^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])$`
 
 // Decode decodes and validates one event. Errors are [*FieldError]s with
-// Index 0.
+// Index 0. It reads a record of the log as it was written: the rules that
+// ingest added later (lone surrogate escapes, "." and ".." segments in
+// ids) are for new facts only, held by [DecodeBatch] and [CanonicalBatch].
 func Decode(record []byte) (Event, error) {
 	if fe := checkDepth(record); fe != nil {
 		return Event{}, fe
@@ -179,7 +181,7 @@ func decodeBatch(body []byte, keep bool) ([]Event, []decodeState, error) {
 	if fe := checkDepth(body); fe != nil {
 		return nil, nil, fe
 	}
-	var st decodeState
+	st := decodeState{ingest: true}
 	// Invalid UTF-8 is left to decodeOne, which runs per event and so names
 	// the event that holds it.
 	if body[0] != '[' {
@@ -203,7 +205,7 @@ func decodeBatch(body []byte, keep bool) ([]Event, []decodeState, error) {
 		states = make([]decodeState, len(items))
 	}
 	for i, item := range items {
-		st = decodeState{}
+		st = decodeState{ingest: true}
 		ev, fe := decodeValidJSON(item, &st)
 		if fe != nil {
 			fe.Index = i
@@ -232,7 +234,8 @@ func decodeOne(record []byte, st *decodeState) (Event, *FieldError) {
 
 // decodeValidJSON is decodeOne for a record known to be valid JSON: an
 // element of a batch whose whole body was validated. st collects the
-// text of the data's binary fields.
+// text of the data's binary fields and says whether ingest's rules apply
+// (see decodeState); nil reads a record of the log.
 func decodeValidJSON(record []byte, st *decodeState) (Event, *FieldError) {
 	if len(record) > 2*MaxRecordBytes {
 		return Event{}, &FieldError{Err: ErrTooLarge, Detail: fmt.Sprintf("%d bytes, more than %d", len(record), MaxRecordBytes)}
@@ -242,7 +245,7 @@ func decodeValidJSON(record []byte, st *decodeState) (Event, *FieldError) {
 	}
 	var env envelope
 	rv := reflect.ValueOf(&env).Elem()
-	if fe := decodeObject(record, rv, "", nil); fe != nil {
+	if fe := decodeObject(record, rv, "", st.nested()); fe != nil {
 		return Event{}, fe
 	}
 	if fe := checkRules(rv, ""); fe != nil {

@@ -41,6 +41,12 @@ func fuzzSeeds() [][]byte {
 		[]byte(turn2(turnV2Data.set("completion_tokens", "9").set("token_ids", q(b64i(1, 2, 3, 4, 5, 6, 7, 8, 9))).
 			set("logprobs", q(b64f(-1, -2, -3, -4, -5, -6, -7, -8, -9))).
 			set("version_segments", `[{"start":0,"policy_version":3},{"start":1,"policy_version":4},{"start":5,"policy_version":9},{"start":8,"policy_version":10}]`))),
+		// Escapes of UTF-16 surrogates: a pair, an escaped backslash
+		// before "u", and a lone one (refused at ingest).
+		[]byte(failed(failedData.set("reason", `"\ud83d\ude00\\ud800\u00e9"`))),
+		[]byte(array(failed(failedData.set("reason", `"\ud83d\ude00"`)), failed(failedData.set("reason", `"x\ud800\u0041"`)))),
+		// Entity ids with dots: beside other characters, and as segments.
+		[]byte(failed(failedData.set("attempt", q(".a/..b/.../a/../b")))),
 	)
 	return seeds
 }
@@ -111,11 +117,12 @@ func FuzzDecode(f *testing.F) {
 		checkCanonicalBatch(t, record, err)
 		if err != nil {
 			fe := checkRefusal(t, err, 0)
-			// Decode and DecodeBatch agree on a single object.
+			// Decode and DecodeBatch agree on a single object, but for
+			// the rules ingest holds new facts to, which may come first.
 			if trimmed := bytes.TrimSpace(record); len(trimmed) > 0 && trimmed[0] == '{' {
 				_, berr := events.DecodeBatch(record)
 				bfe, ok := events.AsFieldError(berr)
-				if !ok || bfe.Code() != fe.Code() || bfe.Field != fe.Field || bfe.Index != 0 {
+				if !ok || (bfe.Code() != fe.Code() || bfe.Field != fe.Field || bfe.Index != 0) && !ingestOnly(bfe) {
 					t.Fatalf("Decode: %v; DecodeBatch: %v", err, berr)
 				}
 			}
@@ -123,10 +130,20 @@ func FuzzDecode(f *testing.F) {
 		}
 		checkCanonical(t, ev)
 		evs, err := events.DecodeBatch(record)
+		if fe, ok := events.AsFieldError(err); ok && ingestOnly(fe) {
+			return
+		}
 		if err != nil || len(evs) != 1 || !reflect.DeepEqual(evs[0], ev) {
 			t.Fatalf("Decode accepted %q, DecodeBatch gave %v, %v", record, evs, err)
 		}
 	})
+}
+
+// ingestOnly reports whether fe is the refusal of a rule that ingest
+// holds new facts to and Decode, reading the log, does not (see
+// badInput.ingestOnly).
+func ingestOnly(fe *events.FieldError) bool {
+	return fe.Code() == "invalid_value" && (strings.Contains(fe.Detail, "surrogate") || strings.Contains(fe.Detail, "path segment"))
 }
 
 // checkCanonicalBatch asserts that CanonicalBatch reaches the verdict of

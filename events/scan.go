@@ -319,3 +319,57 @@ func decodeFloat32s(raw []byte) ([]float32, bool) {
 	}
 	return nil, false
 }
+
+// loneSurrogate finds the first \u escape in the valid JSON value raw
+// that spells half of a UTF-16 surrogate pair without its other half: a
+// high surrogate (\uD800-\uDBFF) not followed at once by an escaped low
+// one (\uDC00-\uDFFF), or a low one on its own. JSON parsers turn such an
+// escape into U+FFFD, or into a string that is not Unicode; either way not
+// the text that was sent. esc is the escape as written.
+func loneSurrogate(raw []byte) (esc string, ok bool) {
+	for i := 0; ; {
+		k := bytes.IndexByte(raw[i:], '\\')
+		if k < 0 {
+			return "", false
+		}
+		i += k
+		if i+1 < len(raw) && raw[i+1] != 'u' {
+			i += 2 // \" \\ \/ \b \f \n \r \t
+			continue
+		}
+		if i+6 > len(raw) {
+			return "", false // not valid JSON: the parser says so
+		}
+		switch r := hex4(raw[i+2 : i+6]); {
+		case r >= 0xD800 && r < 0xDC00:
+			if i+12 <= len(raw) && raw[i+6] == '\\' && raw[i+7] == 'u' {
+				if lo := hex4(raw[i+8 : i+12]); lo >= 0xDC00 && lo < 0xE000 {
+					i += 12
+					continue
+				}
+			}
+			return string(raw[i : i+6]), true
+		case r >= 0xDC00 && r < 0xE000:
+			return string(raw[i : i+6]), true
+		}
+		i += 6
+	}
+}
+
+// hex4 is the value of four hex digits, or -1.
+func hex4(b []byte) int {
+	v := 0
+	for _, c := range b {
+		switch {
+		case c >= '0' && c <= '9':
+			v = v<<4 | int(c-'0')
+		case c >= 'a' && c <= 'f':
+			v = v<<4 | int(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			v = v<<4 | int(c-'A'+10)
+		default:
+			return -1
+		}
+	}
+	return v
+}

@@ -120,8 +120,11 @@ func buildSchema() ([]byte, error) {
 		{"items", jsonObject{{"$ref", "#"}}},
 	})
 	g.defs.set("entity-id", jsonObject{
-		{"description", "The id of a task, group, attempt, engine, vm or source."},
+		{"description", "The id of a task, group, attempt, engine, vm or source: [A-Za-z0-9._:/-], " +
+			"in segments between slashes none of which is . or .. (a path segment wherever the id lands in a URL or file name)."},
 		{"type", "string"},
+		{"minLength", 1},
+		{"maxLength", maxEntityIDLen},
 		{"pattern", entityIDPattern},
 	})
 

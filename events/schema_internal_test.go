@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // TestSchemaPatterns: each pattern the schema gives other languages
@@ -39,19 +40,25 @@ func TestSchemaPatterns(t *testing.T) {
 		check    func(string) bool
 		seeds    []string
 		alphabet string
+		// maxLen, when set, is the schema's minLength 1 and maxLength,
+		// which the pattern needs beside it.
+		maxLen int
 	}{
-		{"entity id", entityIDPattern, ValidEntityID, []string{"", "a", "g-17/a0", "vm/host-4:0192", strings.Repeat("a", 199), strings.Repeat("b", 200), "a b", "tâche", "a\n"}, "aZ09._:/- \n\x00é"},
-		{"run id", runIDPattern, ValidRunID, []string{"", ".", "..", "...", ".a", "..a", "a.", "r-1", strings.Repeat("r", 127), strings.Repeat("r", 128), "r:1", "r/1", "r\n"}, "aZ09._- :/\n"},
+		{"entity id", entityIDPattern, func(s string) bool { return ValidEntityID(s) && !hasDotSegment(s) }, []string{
+			"", "a", "g-17/a0", "vm/host-4:0192", strings.Repeat("a", 199), strings.Repeat("b", 200), "a b", "tâche", "a\n",
+			".", "..", "...", "./a", "../a", "a/.", "a/..", "a/./b", "a/../b", ".a/..b/...", "a//b", "/", "/.", "./", strings.Repeat("./", 80),
+		}, "aZ09._:/- \n\x00é", maxEntityIDLen},
+		{"run id", runIDPattern, ValidRunID, []string{"", ".", "..", "...", ".a", "..a", "a.", "r-1", strings.Repeat("r", 127), strings.Repeat("r", 128), "r:1", "r/1", "r\n"}, "aZ09._- :/\n", 0},
 		{"uuid", uuidPattern, func(s string) bool { return formats["uuid"].check(s) == "" }, []string{
 			"0192f0c4-7a1e-7c3b-9d2e-4b1f8a6c0d11", "0192F0C4-7A1E-7C3B-BD2E-4B1F8A6C0D11", "00000000-0000-0000-0000-000000000000",
 			"0192f0c4-7a1e-7c3b-cd2e-4b1f8a6c0d11", "{0192f0c4-7a1e-7c3b-9d2e-4b1f8a6c0d11}", "0192f0c47a1e7c3b9d2e4b1f8a6c0d11",
 			"urn:uuid:0192f0c4-7a1e-7c3b-9d2e-4b1f8a6c0d11", "0192f0c4-7a1e-7c3b-9d2e-4b1f8a6c0d11\n",
-		}, "0123456789abcdefABCDEFg-{}:\n"},
+		}, "0123456789abcdefABCDEFg-{}:\n", 0},
 		{"date-time grammar", timePattern, strictRFC3339, []string{
 			"2026-11-29T19:10:00.123Z", "2026-11-29T19:10:00Z", "2026-11-29T19:10:00.123456789+05:30", "2026-11-29T19:10:00.1234567890Z",
 			"2026-11-29t19:10:00Z", "2026-11-29T9:10:00Z", "2026-11-29T19:10:00,5Z", "2026-11-29T19:10:00+24:00", "2026-11-29T19:10:00-23:60",
 			"2026-11-29 19:10:00Z", "2026-11-29T19:10:00z", "2026-11-29T19:10:00.Z", "2026-11-29T19:10:00Z\n",
-		}, "0123456789-:.TZz+, \n"},
+		}, "0123456789-:.TZz+, \n", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			re := regexp.MustCompile(tc.pattern)
@@ -64,7 +71,11 @@ func TestSchemaPatterns(t *testing.T) {
 				inputs = append(inputs, s)
 			}
 			for _, s := range inputs {
-				if got, want := re.MatchString(s), tc.check(s); got != want {
+				got := re.MatchString(s)
+				if tc.maxLen > 0 {
+					got = got && len(s) >= 1 && utf8.RuneCountInString(s) <= tc.maxLen
+				}
+				if want := tc.check(s); got != want {
 					t.Errorf("%q: pattern says %v, the Go check %v", s, got, want)
 				}
 			}

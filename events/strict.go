@@ -43,6 +43,10 @@ type fieldSpec struct {
 	hasMax     bool
 	max        float64
 	enum       []string
+	// holdsObjects marks a field whose value is decoded as objects of
+	// their own (a struct, an array of structs, the envelope's raw data),
+	// each of whose fields is checked where it is decoded.
+	holdsObjects bool
 	// format, for a binary field, is formatInt32LE or formatFloat32LE:
 	// the field travels as base64 of those values, and the other tags
 	// bound each value.
@@ -99,6 +103,10 @@ func specOf(t reflect.Type) *spec {
 		if et := f.Type; et.Kind() == reflect.Struct && et != rawMessageType ||
 			et.Kind() == reflect.Slice && et.Elem().Kind() == reflect.Struct {
 			s.nested = append(s.nested, len(s.fields))
+			fs.holdsObjects = true
+		}
+		if f.Type == rawMessageType {
+			fs.holdsObjects = true
 		}
 		s.byName[name] = len(s.fields)
 		s.fields = append(s.fields, fs)
@@ -114,8 +122,25 @@ var rawMessageType = reflect.TypeFor[json.RawMessage]()
 // values: the text of each binary field, which strict decoding proved to
 // be the one canonical encoding of the field's values, so that the
 // canonical record copies it rather than encode the values again.
+//
+// ingest marks a new fact on its way into the log (DecodeBatch,
+// CanonicalBatch), held to what a producer may send today: no escape of a
+// lone UTF-16 surrogate in any string, no "." or ".." path segment in an
+// entity id. A record already in the log is read as it was written, so a
+// replay of an old log decides what it decided then.
 type decodeState struct {
 	binary []binaryText
+	ingest bool
+}
+
+// nested is the state of an object inside the one st decodes: it holds
+// to the same rules, and collects no binary text (only the data's own
+// binary fields are copied into the record).
+func (st *decodeState) nested() *decodeState {
+	if st == nil || !st.ingest {
+		return nil
+	}
+	return &decodeState{ingest: true}
 }
 
 // binaryText is the base64 text of the binary field at index field of the
@@ -177,6 +202,14 @@ func decodeObject(raw []byte, rv reflect.Value, path string, st *decodeState) *F
 		if isNull(val) {
 			return fieldErr(fpath, ErrWrongType, "null is not allowed")
 		}
+		ingest := st != nil && st.ingest
+		if ingest && !fs.holdsObjects {
+			// The general decoder would turn the escape into U+FFFD: text
+			// other than what the producer sent.
+			if esc, ok := loneSurrogate(val); ok {
+				return fieldErr(fpath, ErrInvalidValue, "%s is half of a UTF-16 surrogate pair, alone: not a Unicode character", esc)
+			}
+		}
 		if fs.format != "" {
 			text, fe := decodeBinary(val, rv.Field(fs.index), fs, fpath)
 			if fe != nil {
@@ -187,8 +220,13 @@ func decodeObject(raw []byte, rv reflect.Value, path string, st *decodeState) *F
 			}
 			continue
 		}
-		if fe := decodeValue(val, rv.Field(fs.index), fs, fpath); fe != nil {
+		if fe := decodeValue(val, rv.Field(fs.index), fs, fpath, st.nested()); fe != nil {
 			return fe
+		}
+		if ingest && fs.id {
+			if id := rv.Field(fs.index).String(); hasDotSegment(id) {
+				return fieldErr(fpath, ErrInvalidValue, "%q has a . or .. path segment, which would read as a path wherever the id names a file or a URL", clip(id))
+			}
 		}
 	}
 	return nil
@@ -234,14 +272,14 @@ func decodeBinary(raw []byte, fv reflect.Value, fs *fieldSpec, path string) ([]b
 	return text, nil
 }
 
-func decodeValue(raw []byte, fv reflect.Value, fs *fieldSpec, path string) *FieldError {
+func decodeValue(raw []byte, fv reflect.Value, fs *fieldSpec, path string, st *decodeState) *FieldError {
 	t := fv.Type()
 	switch {
 	case t == rawMessageType:
 		fv.SetBytes(bytes.TrimSpace(raw))
 		return nil
 	case t.Kind() == reflect.Struct:
-		return decodeObject(raw, fv, path, nil)
+		return decodeObject(raw, fv, path, st)
 	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct:
 		items, ok := scanArray(raw)
 		if !ok {
@@ -249,7 +287,7 @@ func decodeValue(raw []byte, fv reflect.Value, fs *fieldSpec, path string) *Fiel
 		}
 		out := reflect.MakeSlice(t, len(items), len(items))
 		for i, item := range items {
-			if fe := decodeObject(item, out.Index(i), fmt.Sprintf("%s[%d]", path, i), nil); fe != nil {
+			if fe := decodeObject(item, out.Index(i), fmt.Sprintf("%s[%d]", path, i), st); fe != nil {
 				return fe
 			}
 		}
@@ -507,18 +545,30 @@ func checkString(s string, fs *fieldSpec, path string) *FieldError {
 	return nil
 }
 
-// entityIDPattern is ValidEntityID as a regular expression (RE2 and
-// ECMA-262 alike), for the schema.
-const entityIDPattern = `^[A-Za-z0-9._:/-]{1,200}$`
+// entityIDPattern is what ingest accepts as an entity id, as a regular
+// expression (RE2 and ECMA-262 alike), for the schema: ValidEntityID's
+// characters, in segments between slashes none of which is "." or "..".
+// The length, 1 to 200, is the schema's minLength and maxLength: a
+// pattern without lookahead cannot say both.
+const entityIDPattern = `^` + entityIDSegment + `(?:/` + entityIDSegment + `)*$`
+
+// entityIDSegment is one segment of an entity id: empty, or holding a
+// character other than '.', or three dots or more.
+const entityIDSegment = `(?:\.*[A-Za-z0-9_:-][A-Za-z0-9._:-]*|\.{3,})?`
+
+// maxEntityIDLen bounds an entity id, in bytes (its characters are ASCII).
+const maxEntityIDLen = 200
 
 // runIDPattern is ValidRunID as a regular expression: a first character
 // other than '.', or ".x", or "..x" (any x), 1 to 128 characters in all.
 const runIDPattern = `^(?:[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}|\.[A-Za-z0-9_-][A-Za-z0-9._-]{0,126}|\.\.[A-Za-z0-9._-]{1,126})$`
 
 // ValidEntityID reports whether s may name a task, group, attempt, engine,
-// vm or source: [A-Za-z0-9._:/-]{1,200}.
+// vm or source: [A-Za-z0-9._:/-]{1,200}. Ingest also refuses an id with a
+// "." or ".." path segment (see hasDotSegment); ids already in the log
+// are read as they were written.
 func ValidEntityID(s string) bool {
-	if len(s) == 0 || len(s) > 200 {
+	if len(s) == 0 || len(s) > maxEntityIDLen {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
@@ -527,6 +577,22 @@ func ValidEntityID(s string) bool {
 		}
 	}
 	return true
+}
+
+// hasDotSegment reports whether the id s has a path segment "." or "..":
+// is one, starts with "./" or "../", ends with "/." or "/..", or holds
+// "/./" or "/../". Ingest refuses such ids: wherever an id becomes part of
+// a URL path or a file name, the segment would name another place.
+func hasDotSegment(s string) bool {
+	if strings.IndexByte(s, '.') < 0 {
+		return false
+	}
+	for seg := range strings.SplitSeq(s, "/") {
+		if seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
 }
 
 // ValidRunID reports whether s may name a run: [A-Za-z0-9._-]{1,128}, and
