@@ -4,8 +4,11 @@ Reading: request bodies are parsed the way the server's decoder sees them.
 Objects keep their earlier duplicate keys (a map's earlier values are still
 type-checked by the server), integer literals stay distinct from other
 numbers, non-integer literals keep their text (so a float32 is rounded from
-the decimal, not from a float64), and "\\ud800"-style lone surrogates become
-U+FFFD. Nesting of any depth is accepted, as the server accepts it.
+the decimal, not from a float64). A "\\ud800"-style escape of a lone
+surrogate stays in a string value, for the strict decoder to refuse as the
+server does at ingest; in an object's key it becomes U+FFFD, as in the
+server's unknown_field errors, and the object notes it (``lone``). Nesting
+of any depth is accepted, as the server accepts it.
 
 Writing: the canonical form the server stores (events/envelope.go): no
 insignificant space, no HTML escaping, U+2028 and U+2029 escaped, numbers in
@@ -32,6 +35,7 @@ __all__ = [
     "NEG_ZERO",
     "parse_value",
     "fix_surrogates",
+    "lone_surrogate",
     "encode_string",
     "format_float",
     "float32_from",
@@ -45,13 +49,15 @@ class JSONSyntaxError(ValueError):
 
 class JObject(dict):
     """A JSON object. ``dups`` lists (key, value) pairs that a later pair with
-    the same key replaced, in document order."""
+    the same key replaced, in document order; ``lone`` is the first lone
+    surrogate a key held before it became U+FFFD ("" when none did)."""
 
-    __slots__ = ("dups",)
+    __slots__ = ("dups", "lone")
 
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
         self.dups = []
+        self.lone = ""
 
 
 class FloatLiteral(float):
@@ -113,9 +119,44 @@ def fix_surrogates(s: str) -> str:
     return _SURROGATE.sub("\ufffd", s)
 
 
+def lone_surrogate(v) -> str:
+    """The first lone surrogate in the strings of v (a parsed JSON value or
+    a builder's value: keys, values, and the earlier values of a repeated
+    key), or "". After parsing, a surrogate can only come from a \\u
+    escape that is half of a pair: a pair becomes one character, and
+    invalid UTF-8 is refused before."""
+    if isinstance(v, str):
+        m = _SURROGATE.search(v)
+        return m.group() if m is not None else ""
+    if isinstance(v, dict):
+        found = getattr(v, "lone", "")
+        if found:
+            return found
+        for k, x in v.items():
+            found = lone_surrogate(k) or lone_surrogate(x)
+            if found:
+                return found
+        for k, x in getattr(v, "dups", ()):
+            found = lone_surrogate(k) or lone_surrogate(x)
+            if found:
+                return found
+        return ""
+    if isinstance(v, (list, tuple)):
+        for x in v:
+            if isinstance(x, (str, dict, list, tuple)):
+                found = lone_surrogate(x)
+                if found:
+                    return found
+    return ""
+
+
 def _object_pairs(pairs):
     obj = JObject()
     for k, v in pairs:
+        if not obj.lone:
+            m = _SURROGATE.search(k)
+            if m is not None:
+                obj.lone = m.group()
         k = fix_surrogates(k)
         if k in obj:
             obj.dups.append((k, obj[k]))

@@ -332,7 +332,8 @@ MAX_RECORD_BYTES = _limits["maxRecordBytes"]
 MAX_DEPTH = _limits["maxDepth"]
 MAX_TEXT_BYTES = _limits["maxTextBytes"]
 
-_ENTITY_ID = _compiler._string("", _compiler.defs["entity-id"], False, "entity-id", "entity-id").pattern
+_ENTITY_ID_FIELD = _compiler._string("", _compiler.defs["entity-id"], False, "entity-id", "entity-id")
+_ENTITY_ID = _ENTITY_ID_FIELD.pattern
 _RUN_ID = FORMATS["run-id"][0]
 
 
@@ -355,6 +356,9 @@ def version_for(fact_type: str, limit: int | None) -> int:
 
 def valid_entity_id(s: str) -> bool:
     """Whether s may name a task, group, attempt, engine, vm or source."""
+    f = _ENTITY_ID_FIELD
+    if len(s) < f.min_length or (f.max_length is not None and len(s) > f.max_length):
+        return False
     return _ENTITY_ID.match(s) is not None
 
 

@@ -36,6 +36,7 @@ from ._json import (
     encode_string,
     fix_surrogates,
     float32_from,
+    lone_surrogate,
     format_float,
 )
 from ._schema import (
@@ -325,6 +326,13 @@ def decode_object(obj, spec: Spec, path: str) -> dict:
         v = obj[f.name]
         if v is None:
             raise _err(E.WRONG_TYPE, fpath, "null is not allowed")
+        if f.kind not in (STRUCT, STRUCTS, RAW):
+            # A parser turns the escape into U+FFFD: not what was sent.
+            lone = lone_surrogate(v)
+            if lone:
+                raise _err(
+                    E.INVALID_VALUE, fpath, f"\\u{ord(lone):04x} is half of a UTF-16 surrogate pair, alone: not a Unicode character"
+                )
         out[f.name] = _decode_value(v, f, fpath)
     return out
 
@@ -350,7 +358,7 @@ def _decode_value(v, f: Field, path: str):
         if kind == STR:
             if not isinstance(v, str):
                 raise _Mismatch
-            val = fix_surrogates(v)
+            val = v
         elif kind == BOOL:
             if not isinstance(v, (bool, np.bool_)):
                 raise _Mismatch
@@ -471,6 +479,10 @@ def _check_float(x: float, f: Field, path: str):
     _check_number(x, f, path)
 
 
+# A "." or ".." segment of an entity id, which ingest refuses.
+_DOT_SEGMENT = re.compile(r"(?:^|/)\.{1,2}(?:/|$)")
+
+
 def check_string(s: str, f: Field, path: str):
     try:
         b = s.encode("utf-8")
@@ -488,6 +500,11 @@ def check_string(s: str, f: Field, path: str):
     if f.pattern is not None and f.pattern.match(s) is None:
         if "\x00" in s and not f.what:
             raise _err(E.INVALID_VALUE, path, "contains a NUL character")
+        if f.what == "entity-id" and _DOT_SEGMENT.search(s):
+            raise _err(
+                E.INVALID_VALUE, path,
+                f"{s[:64]!r} has a . or .. path segment, which would read as a path wherever the id names a file or a URL",
+            )
         raise _err(E.INVALID_VALUE, path, f"{s[:64]!r} is not {f.what or 'text'} ({f.pattern.pattern})")
     if f.enum is not None and s not in f.enum:
         raise _err(E.INVALID_VALUE, path, f"{s[:64]!r} is not one of {', '.join(f.enum)}")
