@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"reflect"
 	"strings"
 	"unicode/utf8"
 	"unsafe"
@@ -20,7 +21,11 @@ const (
 	// formatFloat32LE is IEEE 754 binary32 values, 4 bytes each,
 	// little-endian.
 	formatFloat32LE = "float32le"
+	// formatBytes is bytes as they are (vocabulary.registered's pieces).
+	formatBytes = "bytes"
 )
+
+var bytesType = reflect.TypeFor[[]byte]()
 
 // base64Pattern is what a binary field's string looks like: whole quanta
 // of the standard alphabet, the last one padded. Strict decoding also
@@ -157,6 +162,27 @@ func decodeFloat32LE(text []byte, fs *fieldSpec, path string) ([]float32, *Field
 		return nil, checkNumber(f, fs, p)
 	}
 	return out, nil
+}
+
+// decodeBytes decodes a binary bytes field.
+func decodeBytes(text []byte, path string) ([]byte, *FieldError) {
+	if len(text)%4 != 0 {
+		return nil, fieldErr(path, ErrInvalidValue, "%s", base64Problem(text))
+	}
+	out := make([]byte, strictBase64.DecodedLen(len(text)))
+	n, err := strictBase64.Decode(out, text)
+	if err != nil {
+		return nil, fieldErr(path, ErrInvalidValue, "%s", base64Problem(text))
+	}
+	return out[:n], nil
+}
+
+// appendBase64Bytes appends the standard padded base64 of src to dst.
+func appendBase64Bytes(dst, src []byte) []byte {
+	n := strictBase64.EncodedLen(len(src))
+	dst = growBytes(dst, n)
+	strictBase64.Encode(dst[len(dst):len(dst)+n], src)
+	return dst[:len(dst)+n]
 }
 
 // appendBase64 appends the standard padded base64 of values' little-endian

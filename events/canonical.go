@@ -40,7 +40,7 @@ func appendData(out []byte, v reflect.Value, received []binaryText) ([]byte, err
 	// Room for the binary fields, which are most of such a record.
 	room := 256
 	for _, i := range s.binary {
-		room += strictBase64.EncodedLen(4*v.Field(s.fields[i].index).Len()) + len(s.fields[i].name) + 4
+		room += strictBase64.EncodedLen(4*v.Field(s.fields[i].index).Len()) + len(s.fields[i].name) + 4 // bytes: room to spare
 	}
 	out = growBytes(out, room)
 	var enc valueEncoder
@@ -70,6 +70,8 @@ func appendData(out []byte, v reflect.Value, received []binaryText) ([]byte, err
 		out = append(out, '"')
 		if j := slices.IndexFunc(received, func(b binaryText) bool { return b.field == i }); j >= 0 {
 			out = append(out, received[j].text...)
+		} else if fs.format == formatBytes {
+			out = appendBase64Bytes(out, fv.Bytes())
 		} else if fs.format == formatInt32LE {
 			out = appendBase64(out, fv.Interface().([]int32))
 		} else {

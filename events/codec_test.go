@@ -261,6 +261,65 @@ var (
 	taskV2Data = taskRegisteredData.
 			set("prompt", q("Fix the failing test in tests/test_io.py.")).
 			set("prompt_cut", "120")
+
+	// turnV3Data is a turn as a recording proxy writes it (version 3): a
+	// child of turn 1 sharing 97 of its 100 prompt tokens, the 3 new ones
+	// inline.
+	turnV3Data = obj{
+		{"attempt", q("a-1")},
+		{"turn", "2"},
+		{"prompt_tokens", "100"},
+		{"completion_tokens", "3"},
+		{"cached_tokens", "97"},
+		{"version_segments", `[{"start":0,"policy_version":1,"known":"engine"},{"start":2,"policy_version":2,"known":"observed"}]`},
+		{"observation_token_ids", q(b64i(7, 8, 9))},
+		{"token_ids", q(b64i(11, 12, 13))},
+		{"logprobs", q(b64f(-0.5, -0.25, 0))},
+		{"text", q("ls")},
+		{"finish", q("tool_call")},
+		{"latency_ms", "900"},
+		{"parent", "1"},
+		{"prefix_tokens", "97"},
+		{"diverged", `{"turn":1,"at":97}`},
+		{"prompt_ids_from", q("engine")},
+		{"ids_from", q("native")},
+		{"sampling", `{"temperature":0.7,"top_p":0.95,"top_k":20,"min_p":0,"max_tokens":4096,"seed":-3,` +
+			`"presence_penalty":-0.5,"frequency_penalty":0.25,"repetition_penalty":1.05,"logprobs_mode":"processed_logprobs"}`},
+		{"engine", `{"name":"vllm","version":"0.11.0"}`},
+		{"tags", `["client_cut","continued"]`},
+	}
+	// turnV3First is an attempt's first turn: no parent, its whole prompt
+	// inline; a greedy turn (temperature 0 is a value) that was aborted.
+	turnV3First = obj{
+		{"attempt", q("a-1")},
+		{"turn", "0"},
+		{"prompt_tokens", "4"},
+		{"completion_tokens", "2"},
+		{"cached_tokens", "0"},
+		{"version_segments", `[{"start":0,"policy_version":1}]`},
+		{"observation_token_ids", q(b64i(1, 2, 3, 4))},
+		{"token_ids", q(b64i(5, 6))},
+		{"logprobs", q(b64f(-1, -2))},
+		{"finish", q("abort")},
+		{"latency_ms", "12"},
+		{"prompt_ids_from", q("tokenize")},
+		{"sampling", `{"temperature":0}`},
+		{"tags", `["refused"]`},
+	}
+	toolV3Data = toolV2Data.
+			set("call_id", q("call_9f8e7d")).
+			set("unanswered", "true").
+			set("exit_unknown", "true")
+	vocabularyData = obj{
+		{"engine", q("vllm")},
+		{"model", q("Qwen/Qwen3-8B")},
+		{"size", "151936"},
+		{"chunk", "1"},
+		{"chunks", "40"},
+		{"first", "4096"},
+		{"pieces", q(base64.StdEncoding.EncodeToString([]byte("hello world!")))},
+		{"offsets", q(b64i(5, 6, 11, 12))},
+	}
 )
 
 // b64i is the version 2 wire form of int32 values: base64 of their
@@ -319,6 +378,12 @@ var examples = []example{
 	{"turn_generated_v2_bare", events.TypeTurnGenerated, turnV2Bare, 2},
 	{"tool_called_v2", events.TypeToolCalled, toolV2Data, 2},
 	{"task_registered_v2", events.TypeTaskRegistered, taskV2Data, 2},
+
+	{"turn_generated_v3", events.TypeTurnGenerated, turnV3Data, 3},
+	{"turn_generated_v3_first", events.TypeTurnGenerated, turnV3First, 3},
+	{"turn_generated_v3_as_v2", events.TypeTurnGenerated, turnV2Bare, 3},
+	{"tool_called_v3", events.TypeToolCalled, toolV3Data, 3},
+	{"vocabulary_registered", events.TypeVocabularyRegistered, vocabularyData, 0},
 }
 
 func mustDecode(t testing.TB, body string) events.Event {
@@ -669,17 +734,21 @@ func TestCatalogue(t *testing.T) {
 		"run.started", "task.registered", "group.started", "attempt.started",
 		"turn.generated", "tool.called", "context.compacted", "attempt.finished",
 		"attempt.failed", "reward.computed", "group.closed", "policy.published",
-		"gradient.applied",
+		"gradient.applied", "vocabulary.registered",
 	}
 	got := events.FactTypes()
 	if !slices.Equal(got, want) {
 		t.Errorf("got FactTypes() = %v, want %v", got, want)
 	}
-	v2 := []events.Type{"task.registered", "turn.generated", "tool.called"}
+	v2 := []events.Type{"task.registered"}
+	v3 := []events.Type{"turn.generated", "tool.called"}
 	for _, typ := range got {
 		want := 1
 		if slices.Contains(v2, typ) {
 			want = 2
+		}
+		if slices.Contains(v3, typ) {
+			want = 3
 		}
 		if v := events.CurrentVersion(typ); v != want {
 			t.Errorf("got CurrentVersion(%s) = %d, want %d", typ, v, want)

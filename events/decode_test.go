@@ -55,6 +55,7 @@ func verdict(body []byte) error {
 
 func turn(data obj) string     { return record(events.TypeTurnGenerated, data).String() }
 func turn2(data obj) string    { return recordV(events.TypeTurnGenerated, 2, data).String() }
+func turn3(data obj) string    { return recordV(events.TypeTurnGenerated, 3, data).String() }
 func tool2(data obj) string    { return recordV(events.TypeToolCalled, 2, data).String() }
 func task2(data obj) string    { return recordV(events.TypeTaskRegistered, 2, data).String() }
 func segments(s string) obj    { return turnV2Data.set("version_segments", s) }
@@ -324,7 +325,63 @@ func badInputs() []badInput {
 		{name: "duplicate_field/config", body: runConfig(`{"group_size":8,"group_size":4}`), err: events.ErrDuplicateField, field: "data.config.group_size"},
 		{name: "duplicate_field/map key", body: gradient(gradientData.set("logprob_gap", `{"1":0.065,"1":null}`)), err: events.ErrDuplicateField, field: "data.logprob_gap.1"},
 		{name: "duplicate_field/in the 2nd event", body: array(valid, failed(append(failedData, kv{"attempt", q("a-1")}))), err: events.ErrDuplicateField, index: 1, field: "data.attempt"},
-	}, badV2Inputs()...)
+	}, append(badV2Inputs(), badV3Inputs()...)...)
+}
+
+// badV3Inputs are the refusals of turn.generated and tool.called version 3
+// and of vocabulary.registered (docs/design.md §18.5, §18.6): each rule
+// names its field.
+func badV3Inputs() []badInput {
+	samp := func(s string) obj { return turnV3Data.set("sampling", s) }
+	voc := func(d obj) string { return record(events.TypeVocabularyRegistered, d).String() }
+	return []badInput{
+		// What version 2 cannot hold.
+		{name: "v3/v2 has no parent", body: turn2(turnV2Bare.set("parent", "0").set("prefix_tokens", "1")), err: events.ErrUnknownField, field: "data.parent"},
+		{name: "v3/v2 has no known", body: turn2(turnV2Bare.set("version_segments", `[{"start":0,"policy_version":2,"known":"engine"}]`)), err: events.ErrUnknownField, field: "data.version_segments[0].known"},
+		{name: "v3/v2 has no abort", body: turn2(turnV2Bare.set("finish", q("abort"))), err: events.ErrInvalidValue, field: "data.finish"},
+		{name: "v3/v2 tool has no call_id", body: recordV(events.TypeToolCalled, 2, toolV2Data.set("call_id", q("c"))).String(), err: events.ErrUnknownField, field: "data.call_id"},
+
+		// Parent and prefix.
+		{name: "v3/parent not before the turn", body: turn3(turnV3Data.set("parent", "2")), err: events.ErrInvalidValue, field: "data.parent"},
+		{name: "v3/parent negative", body: turn3(turnV3Data.set("parent", "-1")), err: events.ErrInvalidValue, field: "data.parent"},
+		{name: "v3/parent without prefix_tokens", body: turn3(turnV3Data.del("prefix_tokens")), err: events.ErrMissingField, field: "data.prefix_tokens"},
+		{name: "v3/parent 0 without prefix_tokens", body: turn3(turnV3Data.set("parent", "0").del("prefix_tokens")), err: events.ErrMissingField, field: "data.prefix_tokens"},
+		{name: "v3/prefix_tokens without parent", body: turn3(turnV3Data.del("parent")), err: events.ErrMissingField, field: "data.parent"},
+		{name: "v3/prefix_tokens over prompt_tokens", body: turn3(turnV3Data.set("prefix_tokens", "101")), err: events.ErrInvalidValue, field: "data.prefix_tokens"},
+		{name: "v3/observation not the new prompt tokens", body: turn3(turnV3Data.set("prefix_tokens", "96")), err: events.ErrInvalidValue, field: "data.observation_token_ids"},
+		{name: "v3/first turn observation not the whole prompt", body: turn3(turnV3First.set("prompt_tokens", "5")), err: events.ErrInvalidValue, field: "data.observation_token_ids"},
+		{name: "v3/diverged not before the turn", body: turn3(turnV3Data.set("diverged", `{"turn":2,"at":0}`)), err: events.ErrInvalidValue, field: "data.diverged.turn"},
+		{name: "v3/diverged unknown member", body: turn3(turnV3Data.set("diverged", `{"turn":1,"at":0,"why":"x"}`)), err: events.ErrUnknownField, field: "data.diverged.why"},
+		{name: "v3/diverged missing at", body: turn3(turnV3Data.set("diverged", `{"turn":1}`)), err: events.ErrMissingField, field: "data.diverged.at"},
+		{name: "v3/diverged null", body: turn3(turnV3Data.set("diverged", `null`)), err: events.ErrWrongType, field: "data.diverged"},
+
+		// Enums, tags, sampling, engine.
+		{name: "v3/prompt_ids_from", body: turn3(turnV3Data.set("prompt_ids_from", q("guess"))), err: events.ErrInvalidValue, field: "data.prompt_ids_from"},
+		{name: "v3/ids_from", body: turn3(turnV3Data.set("ids_from", q("text"))), err: events.ErrInvalidValue, field: "data.ids_from"},
+		{name: "v3/known", body: turn3(turnV3Data.set("version_segments", `[{"start":0,"policy_version":1,"known":"guessed"}]`)), err: events.ErrInvalidValue, field: "data.version_segments[0].known"},
+		{name: "v3/unknown tag", body: turn3(turnV3Data.set("tags", `["client_cut","sad"]`)), err: events.ErrInvalidValue, field: "data.tags[1]"},
+		{name: "v3/tags unsorted", body: turn3(turnV3Data.set("tags", `["refused","client_cut"]`)), err: events.ErrInvalidValue, field: "data.tags[1]"},
+		{name: "v3/tags repeated", body: turn3(turnV3Data.set("tags", `["refused","refused"]`)), err: events.ErrInvalidValue, field: "data.tags[1]"},
+		{name: "v3/sampling unknown member", body: turn3(samp(`{"temperature":1,"beam":2}`)), err: events.ErrUnknownField, field: "data.sampling.beam"},
+		{name: "v3/sampling negative temperature", body: turn3(samp(`{"temperature":-1}`)), err: events.ErrInvalidValue, field: "data.sampling.temperature"},
+		{name: "v3/sampling top_p over 1", body: turn3(samp(`{"top_p":1.5}`)), err: events.ErrInvalidValue, field: "data.sampling.top_p"},
+		{name: "v3/sampling top_k negative", body: turn3(samp(`{"top_k":-1}`)), err: events.ErrInvalidValue, field: "data.sampling.top_k"},
+		{name: "v3/sampling seed fraction", body: turn3(samp(`{"seed":1.5}`)), err: events.ErrWrongType, field: "data.sampling.seed"},
+		{name: "v3/sampling null member", body: turn3(samp(`{"temperature":null}`)), err: events.ErrWrongType, field: "data.sampling.temperature"},
+		{name: "v3/sampling logprobs_mode too long", body: turn3(samp(`{"logprobs_mode":"` + strings.Repeat("x", 65) + `"}`)), err: events.ErrInvalidValue, field: "data.sampling.logprobs_mode"},
+		{name: "v3/engine name not an id", body: turn3(turnV3Data.set("engine", `{"name":"v llm"}`)), err: events.ErrInvalidValue, field: "data.engine.name"},
+		{name: "v3/engine without name", body: turn3(turnV3Data.set("engine", `{"version":"1"}`)), err: events.ErrMissingField, field: "data.engine.name"},
+		{name: "v3/tool call_id too long", body: recordV(events.TypeToolCalled, 3, toolV3Data.set("call_id", q(strings.Repeat("c", 201)))).String(), err: events.ErrInvalidValue, field: "data.call_id"},
+
+		// Vocabulary.
+		{name: "v3/vocabulary chunk past chunks", body: voc(vocabularyData.set("chunk", "40")), err: events.ErrInvalidValue, field: "data.chunk"},
+		{name: "v3/vocabulary no chunks", body: voc(vocabularyData.set("chunks", "0")), err: events.ErrInvalidValue, field: "data.chunks"},
+		{name: "v3/vocabulary first past size", body: voc(vocabularyData.set("first", "151936")), err: events.ErrInvalidValue, field: "data.first"},
+		{name: "v3/vocabulary offsets overrun size", body: voc(vocabularyData.set("first", "151933")), err: events.ErrInvalidValue, field: "data.offsets"},
+		{name: "v3/vocabulary pieces without offsets", body: voc(vocabularyData.del("offsets")), err: events.ErrMissingField, field: "data.offsets"},
+		{name: "v3/vocabulary pieces not base64", body: voc(vocabularyData.set("pieces", q("aGVsbG8"))), err: events.ErrInvalidValue, field: "data.pieces"},
+		{name: "v3/vocabulary pieces a number", body: voc(vocabularyData.set("pieces", "5")), err: events.ErrWrongType, field: "data.pieces"},
+	}
 }
 
 // badV2Inputs are the refusals of catalogue version 2 (docs/design.md §18).
@@ -333,7 +390,7 @@ func badV2Inputs() []badInput {
 	nan, inf := float32(math.NaN()), float32(math.Inf(1))
 	return []badInput{
 		// The versions of each type.
-		{name: "v2/unknown_version 3", body: recordV(events.TypeTurnGenerated, 3, turnV2Data).String(), err: events.ErrUnknownVersion, field: "v"},
+		{name: "v2/unknown_version 4", body: recordV(events.TypeTurnGenerated, 4, turnV2Data).String(), err: events.ErrUnknownVersion, field: "v"},
 		{name: "v2/v1 field policy_version", body: turn2(turnV2Data.set("policy_version", "1")), err: events.ErrUnknownField, field: "data.policy_version"},
 		{name: "v2/v1 has no version_segments", body: turn(turnData.set("version_segments", `[{"start":0,"policy_version":1}]`)), err: events.ErrUnknownField, field: "data.version_segments"},
 		{name: "v2/v1 has no text", body: turn(turnData.set("text", q("hi"))), err: events.ErrUnknownField, field: "data.text"},

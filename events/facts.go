@@ -24,6 +24,9 @@ const (
 	TypeGroupClosed      Type = "group.closed"
 	TypePolicyPublished  Type = "policy.published"
 	TypeGradientApplied  Type = "gradient.applied"
+	// TypeVocabularyRegistered carries an engine's vocabulary, in chunks
+	// (docs/design.md §18.6).
+	TypeVocabularyRegistered Type = "vocabulary.registered"
 )
 
 // Fact is the data of one event. Each catalogue type implements it.
@@ -46,6 +49,11 @@ type Fact interface {
 //	empty      a string that may be empty (others must not be)
 //	int32le    an optional []int32 sent as base64 of little-endian int32s
 //	float32le  an optional []float32 sent as base64 of little-endian float32s
+//	bytes      an optional []byte sent as base64
+//	maxbytes=N a string of at most N bytes (MaxTextBytes otherwise)
+//
+// A pointer is optional, and its zero ("parent": 0) is a value: only its
+// absence is absent. A pointer to a struct is an optional object.
 //
 // Strings are at most MaxTextBytes long, contain no NUL, and are valid
 // UTF-8. The bounds of a binary field (signed, max) apply to each value.
@@ -125,7 +133,43 @@ const (
 	FinishToolCall = "tool_call"
 	FinishStop     = "stop"
 	FinishLength   = "length"
+	// FinishAbort is a generation the engine aborted (a weight update,
+	// say) and nobody continued (turn.generated v3).
+	FinishAbort = "abort"
 )
+
+// How a v3 turn's prompt ids were obtained (prompt_ids_from).
+const (
+	PromptIDsEngine   = "engine"   // in the engine's answer
+	PromptIDsTokenize = "tokenize" // from the engine's tokenize or render routes
+	PromptIDsClient   = "client"   // given token-in by the client
+)
+
+// Where a v3 turn's completion ids came from (ids_from).
+const (
+	IDsEngine = "engine" // the OpenAI-compatible answer's token ids
+	IDsNative = "native" // the engine-native route
+)
+
+// Tags of a v3 turn: what went wrong while it was recorded.
+const (
+	TagIDsMismatch     = "ids_mismatch"     // ids, log-probs and usage disagree in length; tokens dropped
+	TagLogprobsMissing = "logprobs_missing" // the engine gave no log-probs
+	TagClientCut       = "client_cut"       // the client disconnected before the answer ended
+	TagContinued       = "continued"        // an update aborted generation and it was continued token-in
+	TagRefused         = "refused"          // strict capture refused the turn: the attempt never trains
+	TagNoPromptIDs     = "no_prompt_ids"    // the prompt's ids could not be obtained
+)
+
+// How a version segment's policy version was known (known).
+const (
+	KnownEngine    = "engine"    // the engine reported it
+	KnownObserved  = "observed"  // the update was seen landing mid-stream
+	KnownBracketed = "bracketed" // only the versions before and after are known
+)
+
+// TurnRef is a reference to turn i, for TurnGenerated.Parent.
+func TurnRef(i int) *int { return &i }
 
 // TurnGenerated records one model turn of an attempt.
 type TurnGenerated struct {
@@ -152,8 +196,59 @@ type TurnGenerated struct {
 	// the bytes of the real text left out to fit.
 	Text      string `json:"text,omitempty" rl:"optional"`
 	TextCut   int64  `json:"text_cut,omitempty" rl:"optional"`
-	Finish    string `json:"finish" rl:"enum=tool_call|stop|length"`
+	Finish    string `json:"finish" rl:"enum=tool_call|stop|length|abort"`
 	LatencyMS int64  `json:"latency_ms"`
+
+	// Version 3 (docs/design.md §18.5): a turn as a recording proxy sees
+	// it. Parent is the earlier turn whose prompt and completion are the
+	// longest prefix of this turn's prompt, and PrefixTokens how many
+	// prompt tokens they share; absent, the turn has no parent (the
+	// attempt's first turn, or one whose context was rewritten). From
+	// version 3 on, ObservationTokenIDs, when present, are exactly the new
+	// prompt tokens, prompt_tokens − prefix_tokens of them: the whole
+	// prompt of a turn without a parent.
+	Parent       *int  `json:"parent,omitempty"`
+	PrefixTokens int64 `json:"prefix_tokens,omitempty" rl:"optional"`
+	// Diverged names the previous turn whose sequence this prompt does
+	// not extend, and where the two differ.
+	Diverged      *Divergence `json:"diverged,omitempty"`
+	PromptIDsFrom string      `json:"prompt_ids_from,omitempty" rl:"optional,enum=engine|tokenize|client"`
+	IDsFrom       string      `json:"ids_from,omitempty" rl:"optional,enum=engine|native"`
+	Sampling      *Sampling   `json:"sampling,omitempty"`
+	Engine        *EngineInfo `json:"engine,omitempty"`
+	// Tags are sorted and unique.
+	Tags []string `json:"tags,omitempty" rl:"optional,enum=ids_mismatch|logprobs_missing|client_cut|continued|refused|no_prompt_ids"`
+}
+
+// Divergence is where a turn's prompt stops extending the sequence of an
+// earlier turn: Turn's prompt and completion, and this prompt, differ
+// first at token At.
+type Divergence struct {
+	Turn int   `json:"turn"`
+	At   int64 `json:"at"`
+}
+
+// Sampling is the effective sampling parameters of a turn; each is absent
+// when not known.
+type Sampling struct {
+	Temperature       *float64 `json:"temperature,omitempty"`
+	TopP              *float64 `json:"top_p,omitempty" rl:"max=1"`
+	TopK              *int64   `json:"top_k,omitempty"`
+	MinP              *float64 `json:"min_p,omitempty" rl:"max=1"`
+	MaxTokens         *int64   `json:"max_tokens,omitempty"`
+	Seed              *int64   `json:"seed,omitempty" rl:"signed"`
+	PresencePenalty   *float64 `json:"presence_penalty,omitempty" rl:"signed"`
+	FrequencyPenalty  *float64 `json:"frequency_penalty,omitempty" rl:"signed"`
+	RepetitionPenalty *float64 `json:"repetition_penalty,omitempty"`
+	// LogprobsMode says how the engine computed log-probs
+	// (raw_logprobs, processed_logprobs, post_sampling, ...).
+	LogprobsMode string `json:"logprobs_mode,omitempty" rl:"optional,maxbytes=64"`
+}
+
+// EngineInfo names the inference engine that generated a turn.
+type EngineInfo struct {
+	Name    string `json:"name" rl:"id"`
+	Version string `json:"version,omitempty" rl:"optional,maxbytes=128"`
 }
 
 // VersionSegment is where the tokens generated by one policy version
@@ -161,7 +256,21 @@ type TurnGenerated struct {
 type VersionSegment struct {
 	Start         int64 `json:"start"`
 	PolicyVersion int64 `json:"policy_version"`
+	// Known says how the version was known (version 3 of turn.generated):
+	// absent, the producer declared it.
+	Known string `json:"known,omitempty" rl:"optional,enum=engine|observed|bracketed"`
 }
+
+// Temperature is the turn's sampling temperature, and whether it is known.
+func (t *TurnGenerated) Temperature() (float64, bool) {
+	if t.Sampling == nil || t.Sampling.Temperature == nil {
+		return 0, false
+	}
+	return *t.Sampling.Temperature, true
+}
+
+// HasTag reports whether the turn carries tag.
+func (t *TurnGenerated) HasTag(tag string) bool { return slices.Contains(t.Tags, tag) }
 
 // SingleVersion is the version segments of a turn generated wholly by
 // policy version v.
@@ -212,7 +321,22 @@ var turnGeneratedRules = []rule{
 	{Field: "text", RequiredBy: "text_cut", Err: ErrMissingField, Message: "text_cut {text_cut} given without text"},
 }
 
-func (*TurnGenerated) ruleSet() ruleSet { return ruleSet{rules: turnGeneratedRules} }
+// The rules version 3 adds (docs/design.md §18.5): a parent comes before
+// the turn and shares prefix_tokens of its prompt, present together; the
+// observation tokens are the new prompt tokens; a divergence names an
+// earlier turn; tags are sorted and unique.
+var turnGeneratedV3Rules = append(slices.Clone(turnGeneratedRules),
+	rule{Field: "parent", ExclusiveMaximum: ref("turn"), Message: "parent turn {parent} is not before turn {turn}"},
+	rule{Field: "prefix_tokens", RequiredBy: "parent", Err: ErrMissingField, Message: "parent {parent} given without prefix_tokens"},
+	rule{Field: "parent", RequiredBy: "prefix_tokens", Err: ErrMissingField, Message: "prefix_tokens {prefix_tokens} given without parent"},
+	rule{Field: "prefix_tokens", Maximum: ref("prompt_tokens"), Message: "{prefix_tokens} prefix tokens exceed {prompt_tokens} prompt tokens"},
+	rule{Field: "observation_token_ids", Length: diff("prompt_tokens", "prefix_tokens"),
+		Message: "{$len} observation token ids for {prompt_tokens} prompt tokens: they are the prompt's new tokens, all but the prefix_tokens shared with the parent"},
+	rule{Field: "diverged", Items: "turn", ExclusiveMaximum: ref("turn"), Message: "diverged from turn {$value}, which is not before turn {turn}"},
+	rule{Field: "tags", Ascending: true, Message: "tag {$value} does not follow {$previous}: tags are sorted and unique"},
+)
+
+func (*TurnGenerated) ruleSet() ruleSet { return ruleSet{rules: turnGeneratedV3Rules} }
 
 // ToolCalled records one tool call made by a turn.
 type ToolCalled struct {
@@ -234,6 +358,14 @@ type ToolCalled struct {
 	InputCut  int64  `json:"input_cut,omitempty" rl:"optional"`
 	Output    string `json:"output,omitempty" rl:"optional"`
 	OutputCut int64  `json:"output_cut,omitempty" rl:"optional"`
+	// CallID is the call's id in the chat API (tool_call_id); Unanswered
+	// says its output never came back in the attempt's next request;
+	// ExitUnknown says exit_code, duration_ms and timed_out are not known
+	// to the producer (a proxy sees only messages), and exit_code 0 then
+	// means nothing (version 3).
+	CallID      string `json:"call_id,omitempty" rl:"optional,maxbytes=200"`
+	Unanswered  bool   `json:"unanswered,omitempty" rl:"optional"`
+	ExitUnknown bool   `json:"exit_unknown,omitempty" rl:"optional"`
 }
 
 func (*ToolCalled) ruleSet() ruleSet {
@@ -339,6 +471,35 @@ func (*GradientApplied) ruleSet() ruleSet {
 	}}
 }
 
+// VocabularyRegistered is one chunk of an engine's vocabulary: the pieces
+// of tokens First to First+len(Offsets)-1, so that tools can show decoded
+// tokens. A producer registers it once per run, in Chunks chunks, each
+// within the record limit; the projections ignore it.
+type VocabularyRegistered struct {
+	Engine string `json:"engine" rl:"id"`
+	Model  string `json:"model"`
+	// Size is the vocabulary's token count.
+	Size   int64 `json:"size"`
+	Chunk  int   `json:"chunk"`
+	Chunks int   `json:"chunks"`
+	// First is the id of this chunk's first token.
+	First int32 `json:"first"`
+	// Pieces is the tokens' bytes concatenated, and Offsets the end of
+	// each token's piece within Pieces.
+	Pieces  []byte  `json:"pieces,omitempty" rl:"optional,bytes"`
+	Offsets []int32 `json:"offsets,omitempty" rl:"optional,int32le"`
+}
+
+func (*VocabularyRegistered) ruleSet() ruleSet {
+	return ruleSet{rules: []rule{
+		{Field: "chunks", Minimum: num(1), Message: "a vocabulary comes in at least 1 chunk, got {chunks}"},
+		{Field: "chunk", ExclusiveMaximum: ref("chunks"), Message: "chunk {chunk} of {chunks}: chunks count from 0"},
+		{Field: "first", ExclusiveMaximum: ref("size"), Message: "first token {first} is outside a vocabulary of {size}"},
+		{Field: "offsets", MaxItems: diff("size", "first"), Message: "{$len} tokens from token {first} overrun a vocabulary of {size}"},
+		{Field: "offsets", RequiredBy: "pieces", Err: ErrMissingField, Message: "pieces given without offsets"},
+	}}
+}
+
 func (*RunStarted) FactType() Type       { return TypeRunStarted }
 func (*TaskRegistered) FactType() Type   { return TypeTaskRegistered }
 func (*GroupStarted) FactType() Type     { return TypeGroupStarted }
@@ -352,6 +513,9 @@ func (*RewardComputed) FactType() Type   { return TypeRewardComputed }
 func (*GroupClosed) FactType() Type      { return TypeGroupClosed }
 func (*PolicyPublished) FactType() Type  { return TypePolicyPublished }
 func (*GradientApplied) FactType() Type  { return TypeGradientApplied }
+func (*VocabularyRegistered) FactType() Type {
+	return TypeVocabularyRegistered
+}
 
 // FactTypes lists the catalogue's fact types in a fixed order.
 func FactTypes() []Type {
@@ -359,7 +523,7 @@ func FactTypes() []Type {
 		TypeRunStarted, TypeTaskRegistered, TypeGroupStarted, TypeAttemptStarted,
 		TypeTurnGenerated, TypeToolCalled, TypeContextCompacted, TypeAttemptFinished,
 		TypeAttemptFailed, TypeRewardComputed, TypeGroupClosed, TypePolicyPublished,
-		TypeGradientApplied,
+		TypeGradientApplied, TypeVocabularyRegistered,
 	}
 }
 

@@ -55,33 +55,41 @@ type rule struct {
 	// Format names a check of a string in formats.
 	Format string
 
-	// MinItems is the fewest entries an array may hold.
-	MinItems *bound
+	// MinItems and MaxItems are the fewest and the most entries an array
+	// may hold.
+	MinItems, MaxItems *bound
 	// Items names a member of the objects of the array Field. The rule's
 	// bounds, First and Ascending then apply to that member of each
 	// element in turn, and the error names the first element that fails
 	// (field[i].member); the bounds may still refer to fields of the
-	// object that holds the array.
+	// object that holds the array. Field may also hold one object (a
+	// pointer to a struct): the rule applies to its member, and the error
+	// names field.member.
 	Items string
 	// First is the value the first element's member must have.
 	First *bound
 	// Ascending requires each element's member to be greater than the
-	// previous element's.
+	// previous element's. Without Items, on an array of strings or
+	// numbers, it requires each element to be greater than the previous
+	// one (strings compare bytewise): sorted and unique.
 	Ascending bool
 	// From is the index of the first element the bounds apply to.
 	From int
 }
 
 // A bound is a number, or a linear function Offset + Scale × value of
-// another field of the object.
+// another field of the object, or the difference of two integer fields
+// (Field − Minus, an absent Minus counting 0).
 type bound struct {
 	Value         float64
 	Field         string
 	Scale, Offset float64
+	Minus         string
 }
 
-func num(v float64) *bound    { return &bound{Value: v} }
-func ref(field string) *bound { return &bound{Field: field, Scale: 1} }
+func num(v float64) *bound            { return &bound{Value: v} }
+func ref(field string) *bound         { return &bound{Field: field, Scale: 1} }
+func diff(field, minus string) *bound { return &bound{Field: field, Scale: 1, Minus: minus} }
 func linear(field string, scale, offset float64) *bound {
 	return &bound{Field: field, Scale: scale, Offset: offset}
 }
@@ -149,9 +157,9 @@ func compileRules(t reflect.Type, s *spec) *compiledRules {
 	}
 	for _, r := range rs.rules {
 		names := []string{r.Field, r.RequiredBy}
-		for _, b := range []*bound{r.Minimum, r.Maximum, r.ExclusiveMinimum, r.ExclusiveMaximum, r.Length, r.MinItems, r.First} {
+		for _, b := range []*bound{r.Minimum, r.Maximum, r.ExclusiveMinimum, r.ExclusiveMaximum, r.Length, r.MinItems, r.MaxItems, r.First} {
 			if b != nil {
-				names = append(names, b.Field)
+				names = append(names, b.Field, b.Minus)
 			}
 		}
 		for _, n := range names {
@@ -159,16 +167,18 @@ func compileRules(t reflect.Type, s *spec) *compiledRules {
 				bad(r, "%q is not a field", n)
 			}
 		}
+		ft := s.fields[s.byName[r.Field]].typ
 		if r.Items != "" {
-			ft := s.fields[s.byName[r.Field]].typ
-			if ft.Kind() != reflect.Slice || ft.Elem().Kind() != reflect.Struct {
-				bad(r, "items applies to an array of objects, not %s", ft)
+			if ft.Kind() != reflect.Slice && ft.Kind() != reflect.Pointer || ft.Elem().Kind() != reflect.Struct {
+				bad(r, "items applies to an array of objects or an object, not %s", ft)
 			}
 			if _, ok := specOf(ft.Elem()).byName[r.Items]; !ok {
 				bad(r, "%q is not a member of %s", r.Items, ft.Elem().Name())
 			}
-		} else if r.First != nil || r.Ascending || r.From != 0 {
-			bad(r, "first, ascending and from need items")
+		} else if r.Ascending && (ft.Kind() != reflect.Slice || !scalarKind(ft.Elem().Kind())) {
+			bad(r, "ascending without items applies to an array of strings or numbers, not %s", ft)
+		} else if r.First != nil || r.From != 0 {
+			bad(r, "first and from need items")
 		}
 		var key *regexp.Regexp
 		if r.PropertyNames != "" {
@@ -288,6 +298,14 @@ func (c *compiledRules) bound(rv reflect.Value, b *bound) (number, bool) {
 		return number{}, false
 	}
 	n, ok := numberOf(v)
+	if b.Minus != "" {
+		m := int64(0)
+		if mv, present := c.value(rv, b.Minus); present {
+			mn, _ := numberOf(mv)
+			m = mn.i
+		}
+		return number{i: n.i - m, f: float64(n.i - m), isInt: true}, ok && n.isInt
+	}
 	if !ok || b.Scale == 1 && b.Offset == 0 {
 		return n, ok
 	}
@@ -330,6 +348,9 @@ func (c *compiledRules) checkOne(rv reflect.Value, path string, i int) *FieldErr
 	if r.Items != "" {
 		return c.checkItems(rv, path, i, v)
 	}
+	if r.Ascending {
+		return c.checkAscending(rv, path, i, v)
+	}
 	if re := c.keys[i]; re != nil {
 		keys := v.MapKeys()
 		slices.SortFunc(keys, func(a, b reflect.Value) int { return strings.Compare(a.String(), b.String()) })
@@ -345,16 +366,64 @@ func (c *compiledRules) checkOne(rv reflect.Value, path string, i int) *FieldErr
 	return nil
 }
 
-// item is the element of an array an Items rule failed on.
+// item is the element of an array an Items (or element-wise Ascending)
+// rule failed on; single says the field holds one object, not an array.
 type item struct {
 	index           int
-	value, previous number
+	value, previous string
+	single          bool
+}
+
+func numberItem(j int, x, prev number) *item {
+	return &item{index: j, value: formatNumber(x), previous: formatNumber(prev)}
+}
+
+// scalarKind reports whether an array of k may be Ascending without Items.
+func scalarKind(k reflect.Kind) bool {
+	switch k {
+	case reflect.String, reflect.Int, reflect.Int32, reflect.Int64, reflect.Float32, reflect.Float64:
+		return true
+	}
+	return false
+}
+
+// checkAscending runs the Ascending rule i, without Items, on the array v
+// of strings or numbers: each element must be greater than the one before.
+func (c *compiledRules) checkAscending(rv reflect.Value, path string, i int, v reflect.Value) *FieldError {
+	for j := 1; j < v.Len(); j++ {
+		x, prev := v.Index(j), v.Index(j-1)
+		var ok bool
+		if x.Kind() == reflect.String {
+			ok = prev.String() < x.String()
+		} else {
+			a, _ := numberOf(prev)
+			b, _ := numberOf(x)
+			ok = less(a, b)
+		}
+		if !ok {
+			return c.fail(rv, path, i, v, "", &item{index: j, value: formatValue(x), previous: formatValue(prev)})
+		}
+	}
+	return nil
 }
 
 // checkItems runs the Items rule i on the elements of v, the array of
-// objects its field holds, and fails on the first that breaks it.
+// objects its field holds (or the one object), and fails on the first
+// that breaks it.
 func (c *compiledRules) checkItems(rv reflect.Value, path string, i int, v reflect.Value) *FieldError {
 	r := &c.rules[i]
+	if v.Kind() == reflect.Struct {
+		es := specOf(v.Type())
+		x, _ := numberOf(v.Field(es.fields[es.byName[r.Items]].index))
+		bad := false
+		if b, ok := c.bound(rv, r.First); ok {
+			bad = less(x, b) || less(b, x)
+		}
+		if bad || c.outOfBounds(rv, r, x) {
+			return c.fail(rv, path, i, v, "", &item{value: formatNumber(x), single: true})
+		}
+		return nil
+	}
 	es := specOf(v.Type().Elem())
 	member := es.fields[es.byName[r.Items]].index
 	var prev number
@@ -371,7 +440,7 @@ func (c *compiledRules) checkItems(rv reflect.Value, path string, i int, v refle
 			bad = true
 		}
 		if bad {
-			return c.fail(rv, path, i, v, "", &item{index: j, value: x, previous: prev})
+			return c.fail(rv, path, i, v, "", numberItem(j, x, prev))
 		}
 		prev = x
 	}
@@ -407,6 +476,9 @@ func (c *compiledRules) violated(rv reflect.Value, r *rule, v reflect.Value) boo
 	if n, ok := c.bound(rv, r.MinItems); ok && int64(v.Len()) < n.i {
 		return true
 	}
+	if n, ok := c.bound(rv, r.MaxItems); ok && int64(v.Len()) > n.i {
+		return true
+	}
 	if r.Interval != nil && (v.Kind() == reflect.Slice || v.Kind() == reflect.Array) && v.Len() == 2 {
 		lo, hi := v.Index(0).Float(), v.Index(1).Float()
 		if lo < r.Interval[0] || hi > r.Interval[1] || lo > hi {
@@ -432,8 +504,13 @@ func (c *compiledRules) fail(rv reflect.Value, path string, i int, v reflect.Val
 	if r.PropertyNames != "" && key != "" {
 		field += "." + key
 	}
-	if it != nil {
+	switch {
+	case it != nil && it.single:
+		field += "." + r.Items
+	case it != nil && r.Items != "":
 		field += fmt.Sprintf("[%d].%s", it.index, r.Items)
+	case it != nil:
+		field += fmt.Sprintf("[%d]", it.index)
 	}
 	var b strings.Builder
 	for _, seg := range c.messages[i] {
@@ -446,8 +523,8 @@ func (c *compiledRules) fail(rv reflect.Value, path string, i int, v reflect.Val
 			b.WriteString(strconv.Itoa(v.Len()))
 		case "$index", "$value", "$previous":
 			if it != nil {
-				b.WriteString(map[string]string{"$index": strconv.Itoa(it.index), "$value": formatNumber(it.value),
-					"$previous": formatNumber(it.previous)}[seg.name])
+				b.WriteString(map[string]string{"$index": strconv.Itoa(it.index), "$value": it.value,
+					"$previous": it.previous}[seg.name])
 			}
 		case "$minimum", "$maximum", "$exclusiveMinimum", "$exclusiveMaximum":
 			bd := map[string]*bound{"$minimum": r.Minimum, "$maximum": r.Maximum, "$exclusiveMinimum": r.ExclusiveMinimum, "$exclusiveMaximum": r.ExclusiveMaximum}[seg.name]
@@ -508,6 +585,12 @@ func checkRules(rv reflect.Value, path string) *FieldError {
 		case reflect.Struct:
 			if fe := checkRules(fv, fpath); fe != nil {
 				return fe
+			}
+		case reflect.Pointer:
+			if !fv.IsNil() {
+				if fe := checkRules(fv.Elem(), fpath); fe != nil {
+					return fe
+				}
 			}
 		case reflect.Slice:
 			for j := 0; j < fv.Len(); j++ {

@@ -20,7 +20,7 @@ import (
 // ("x-rolloutledger-..."). It goes up whenever one is added or changes
 // meaning, so that an SDK built for an older vocabulary refuses the schema
 // rather than skip a rule it does not know.
-const schemaVocabulary = 2
+const schemaVocabulary = 3
 
 // noNUL is the pattern of text: any string without a NUL character.
 const noNUL = `^[^\u0000]*$`
@@ -237,9 +237,10 @@ func (g *schemaGen) object(t reflect.Type, title string) (jsonObject, error) {
 		// The schema tells an explicit zero that is kept (a pointer's) from
 		// one that is absent (a plain scalar's) by the default the former
 		// has (README: "Rules").
-		if fs.optional && fs.typ.Kind() == reflect.Pointer && !hasDefault(defaults, fs.name) {
-			return nil, fmt.Errorf("events: %s.%s: an optional pointer needs a default in the type's ruleSet", t.Name(), fs.name)
-		}
+		// A pointer without a default keeps its zero too, and says so
+		// (x-rolloutledger-keepZero): "parent": 0 names turn 0.
+		keepZero := fs.optional && fs.typ.Kind() == reflect.Pointer && fs.typ.Elem().Kind() != reflect.Struct &&
+			!hasDefault(defaults, fs.name)
 		if !fs.optional {
 			required = append(required, fs.name)
 		}
@@ -247,6 +248,9 @@ func (g *schemaGen) object(t reflect.Type, title string) (jsonObject, error) {
 		prop, err := g.value(fs.typ, fs)
 		if err != nil {
 			return nil, fmt.Errorf("events: %s.%s: %w", t.Name(), fs.name, err)
+		}
+		if keepZero {
+			prop.set("x-rolloutledger-keepZero", true)
 		}
 		if defaults.IsValid() {
 			ds := specOf(defaults.Type())
@@ -302,6 +306,13 @@ func (g *schemaGen) value(t reflect.Type, fs *fieldSpec) (jsonObject, error) {
 		t = t.Elem()
 	}
 	switch {
+	case fs.format == formatBytes:
+		return jsonObject{
+			{"type", "string"},
+			{"contentEncoding", "base64"},
+			{"pattern", base64Pattern},
+			{"x-rolloutledger-binary", fs.format},
+		}, nil
 	case fs.format != "":
 		items, err := scalarSchema(t.Elem(), fs)
 		if err != nil {
@@ -389,7 +400,15 @@ func scalarSchema(t reflect.Type, fs *fieldSpec) (jsonObject, error) {
 			}
 			return jsonObject{{"type", "string"}, {"enum", values}}, nil
 		}
-		return textSchema(fs.allowEmpty || fs.optional), nil
+		o := textSchema(fs.allowEmpty || fs.optional)
+		if fs.maxBytes > 0 {
+			for i := range o {
+				if o[i].key == "maxLength" || o[i].key == "x-rolloutledger-maxBytes" {
+					o[i].val = fs.maxBytes
+				}
+			}
+		}
+		return o, nil
 	case reflect.Bool:
 		return jsonObject{{"type", "boolean"}}, nil
 	case reflect.Int, reflect.Int64:
@@ -419,7 +438,7 @@ func ruleJSON(r rule) jsonObject {
 		key string
 		b   *bound
 	}{{"minimum", r.Minimum}, {"maximum", r.Maximum}, {"exclusiveMinimum", r.ExclusiveMinimum}, {"exclusiveMaximum", r.ExclusiveMaximum},
-		{"length", r.Length}, {"minItems", r.MinItems}, {"first", r.First}} {
+		{"length", r.Length}, {"minItems", r.MinItems}, {"maxItems", r.MaxItems}, {"first", r.First}} {
 		if b.b != nil {
 			o.set(b.key, boundJSON(b.b))
 		}
@@ -459,6 +478,8 @@ func boundJSON(b *bound) any {
 	switch {
 	case b.Field == "":
 		return b.Value
+	case b.Minus != "":
+		return jsonObject{{"field", b.Field}, {"minus", b.Minus}}
 	case b.Scale == 1 && b.Offset == 0:
 		return jsonObject{{"field", b.Field}}
 	}
@@ -498,6 +519,12 @@ func restate(r rule, s *spec) jsonObject {
 	}
 	if r.MinItems != nil && r.MinItems.Field == "" {
 		prop.set("minItems", r.MinItems.Value)
+	}
+	if r.MaxItems != nil && r.MaxItems.Field == "" {
+		prop.set("maxItems", r.MaxItems.Value)
+	}
+	if r.Ascending {
+		prop.set("uniqueItems", true)
 	}
 	if r.PropertyNames != "" {
 		prop.set("propertyNames", jsonObject{{"pattern", r.PropertyNames}})

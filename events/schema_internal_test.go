@@ -111,7 +111,7 @@ func TestRulesCheckedWhenCompiled(t *testing.T) {
 		{"unknown placeholder", func() { specOf(reflect.TypeFor[badMessage]()) }, `rule on badMessage.a: message names "$bogus"`},
 		{"items of a number", func() { specOf(reflect.TypeFor[badItems]()) }, `rule on badItems.a: items applies to an array of objects`},
 		{"unknown member", func() { specOf(reflect.TypeFor[badMember]()) }, `rule on badMember.a: "x" is not a member of itemType`},
-		{"ascending without items", func() { specOf(reflect.TypeFor[badAscending]()) }, `rule on badAscending.a: first, ascending and from need items`},
+		{"ascending without items", func() { specOf(reflect.TypeFor[badAscending]()) }, `rule on badAscending.a: ascending without items applies to an array of strings or numbers`},
 		{"binary of strings", func() { specOf(reflect.TypeFor[badBinary]()) }, `badBinary.A: a int32le field is an optional []int32`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -211,7 +211,7 @@ func TestCatalogueShapes(t *testing.T) {
 			s := specOf(reflect.TypeOf(w).Elem())
 			for _, j := range s.nested {
 				et := s.fields[j].typ
-				if et.Kind() == reflect.Slice {
+				if et.Kind() == reflect.Slice || et.Kind() == reflect.Pointer {
 					et = et.Elem()
 				}
 				if len(specOf(et).binary) > 0 {

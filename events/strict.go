@@ -43,6 +43,8 @@ type fieldSpec struct {
 	hasMax     bool
 	max        float64
 	enum       []string
+	// maxBytes bounds a string below MaxTextBytes (0: no tighter bound).
+	maxBytes int
 	// holdsObjects marks a field whose value is decoded as objects of
 	// their own (a struct, an array of structs, the envelope's raw data),
 	// each of whose fields is checked where it is decoded.
@@ -86,7 +88,13 @@ func specOf(t reflect.Type) *spec {
 				fs.hasMax, fs.max = true, m
 			case "enum":
 				fs.enum = strings.Split(val, "|")
-			case formatInt32LE, formatFloat32LE:
+			case "maxbytes":
+				n, err := strconv.Atoi(val)
+				if err != nil || n < 1 || n > MaxTextBytes {
+					panic(fmt.Sprintf("events: bad maxbytes tag on %s.%s", t.Name(), f.Name))
+				}
+				fs.maxBytes = n
+			case formatInt32LE, formatFloat32LE, formatBytes:
 				fs.format = key
 			case "":
 			default:
@@ -94,14 +102,14 @@ func specOf(t reflect.Type) *spec {
 			}
 		}
 		if fs.format != "" {
-			want := map[string]reflect.Type{formatInt32LE: int32sType, formatFloat32LE: float32sType}[fs.format]
+			want := map[string]reflect.Type{formatInt32LE: int32sType, formatFloat32LE: float32sType, formatBytes: bytesType}[fs.format]
 			if f.Type != want || !fs.optional {
 				panic(fmt.Sprintf("events: %s.%s: a %s field is an optional %s", t.Name(), f.Name, fs.format, want))
 			}
 			s.binary = append(s.binary, len(s.fields))
 		}
 		if et := f.Type; et.Kind() == reflect.Struct && et != rawMessageType ||
-			et.Kind() == reflect.Slice && et.Elem().Kind() == reflect.Struct {
+			(et.Kind() == reflect.Slice || et.Kind() == reflect.Pointer) && et.Elem().Kind() == reflect.Struct {
 			s.nested = append(s.nested, len(s.fields))
 			fs.holdsObjects = true
 		}
@@ -256,6 +264,12 @@ func decodeBinary(raw []byte, fv reflect.Value, fs *fieldSpec, path string) ([]b
 		return nil, nil
 	}
 	switch fs.format {
+	case formatBytes:
+		out, fe := decodeBytes(text, path)
+		if fe != nil {
+			return nil, fe
+		}
+		fv.SetBytes(out)
 	case formatInt32LE:
 		out, fe := decodeInt32LE(text, fs, path)
 		if fe != nil {
@@ -280,6 +294,13 @@ func decodeValue(raw []byte, fv reflect.Value, fs *fieldSpec, path string, st *d
 		return nil
 	case t.Kind() == reflect.Struct:
 		return decodeObject(raw, fv, path, st)
+	case t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct:
+		obj := reflect.New(t.Elem())
+		if fe := decodeObject(raw, obj.Elem(), path, st); fe != nil {
+			return fe
+		}
+		fv.Set(obj)
+		return nil
 	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct:
 		items, ok := scanArray(raw)
 		if !ok {
@@ -456,6 +477,10 @@ func dropEmptyOptional(rv reflect.Value) {
 			}
 		case reflect.Struct:
 			dropEmptyOptional(fv)
+		case reflect.Pointer:
+			if !fv.IsNil() && fv.Elem().Kind() == reflect.Struct {
+				dropEmptyOptional(fv.Elem())
+			}
 		}
 	}
 }
@@ -531,6 +556,8 @@ func checkString(s string, fs *fieldSpec, path string) *FieldError {
 	switch {
 	case len(s) > MaxTextBytes:
 		return fieldErr(path, ErrInvalidValue, "%d bytes, more than %d", len(s), MaxTextBytes)
+	case fs.maxBytes > 0 && len(s) > fs.maxBytes:
+		return fieldErr(path, ErrInvalidValue, "%d bytes, more than %d", len(s), fs.maxBytes)
 	case !utf8.ValidString(s):
 		return fieldErr(path, ErrInvalidValue, "not valid UTF-8")
 	case strings.IndexByte(s, 0) >= 0:

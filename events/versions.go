@@ -47,19 +47,21 @@ func older[Old, Next any](up func(*Old) *Next, down func(*Next) (*Old, *FieldErr
 // catalogue lists each fact type's schema versions, version 1 first. Old
 // versions stay readable forever.
 var catalogue = map[Type][]schemaVersion{
-	TypeRunStarted:       {newest[RunStarted]()},
-	TypeTaskRegistered:   {older(taskRegisteredV1Up, taskRegisteredV1Down), newest[TaskRegistered]()},
-	TypeGroupStarted:     {newest[GroupStarted]()},
-	TypeAttemptStarted:   {newest[AttemptStarted]()},
-	TypeTurnGenerated:    {older(turnGeneratedV1Up, turnGeneratedV1Down), newest[TurnGenerated]()},
-	TypeToolCalled:       {older(toolCalledV1Up, toolCalledV1Down), newest[ToolCalled]()},
-	TypeContextCompacted: {newest[ContextCompacted]()},
-	TypeAttemptFinished:  {newest[AttemptFinished]()},
-	TypeAttemptFailed:    {newest[AttemptFailed]()},
-	TypeRewardComputed:   {newest[RewardComputed]()},
-	TypeGroupClosed:      {newest[GroupClosed]()},
-	TypePolicyPublished:  {newest[PolicyPublished]()},
-	TypeGradientApplied:  {newest[GradientApplied]()},
+	TypeRunStarted:     {newest[RunStarted]()},
+	TypeTaskRegistered: {older(taskRegisteredV1Up, taskRegisteredV1Down), newest[TaskRegistered]()},
+	TypeGroupStarted:   {newest[GroupStarted]()},
+	TypeAttemptStarted: {newest[AttemptStarted]()},
+	TypeTurnGenerated: {older(turnGeneratedV1Up, turnGeneratedV1Down), older(turnGeneratedV2Up, turnGeneratedV2Down),
+		newest[TurnGenerated]()},
+	TypeToolCalled:           {older(toolCalledV1Up, toolCalledV1Down), older(toolCalledV2Up, toolCalledV2Down), newest[ToolCalled]()},
+	TypeContextCompacted:     {newest[ContextCompacted]()},
+	TypeAttemptFinished:      {newest[AttemptFinished]()},
+	TypeAttemptFailed:        {newest[AttemptFailed]()},
+	TypeRewardComputed:       {newest[RewardComputed]()},
+	TypeGroupClosed:          {newest[GroupClosed]()},
+	TypePolicyPublished:      {newest[PolicyPublished]()},
+	TypeGradientApplied:      {newest[GradientApplied]()},
+	TypeVocabularyRegistered: {newest[VocabularyRegistered]()},
 }
 
 // wireType is the struct type of version v of t's data.
@@ -133,16 +135,16 @@ var turnGeneratedV1Rules = []rule{
 func (*turnGeneratedV1) ruleSet() ruleSet { return ruleSet{rules: turnGeneratedV1Rules} }
 
 // A version 1 turn's policy_version P is the one segment [{0, P}].
-func turnGeneratedV1Up(o *turnGeneratedV1) *TurnGenerated {
-	return &TurnGenerated{
+func turnGeneratedV1Up(o *turnGeneratedV1) *turnGeneratedV2 {
+	return &turnGeneratedV2{
 		Attempt: o.Attempt, Turn: o.Turn, PromptTokens: o.PromptTokens, CompletionTokens: o.CompletionTokens,
-		CachedTokens: o.CachedTokens, VersionSegments: SingleVersion(o.PolicyVersion),
+		CachedTokens: o.CachedTokens, VersionSegments: []versionSegmentV2{{Start: 0, PolicyVersion: o.PolicyVersion}},
 		ObservationTokenIDs: o.ObservationTokenIDs, TokenIDs: o.TokenIDs, Logprobs: o.Logprobs,
 		Finish: o.Finish, LatencyMS: o.LatencyMS,
 	}
 }
 
-func turnGeneratedV1Down(t *TurnGenerated) (*turnGeneratedV1, *FieldError) {
+func turnGeneratedV1Down(t *turnGeneratedV2) (*turnGeneratedV1, *FieldError) {
 	switch segs := t.VersionSegments; {
 	case len(segs) != 1:
 		return nil, notInVersion(TypeTurnGenerated, 1, "version_segments", "one policy version per turn, not %d segments", len(segs))
@@ -155,6 +157,127 @@ func turnGeneratedV1Down(t *TurnGenerated) (*turnGeneratedV1, *FieldError) {
 		Attempt: t.Attempt, Turn: t.Turn, PolicyVersion: t.VersionSegments[0].PolicyVersion, PromptTokens: t.PromptTokens,
 		CompletionTokens: t.CompletionTokens, CachedTokens: t.CachedTokens, ObservationTokenIDs: t.ObservationTokenIDs,
 		TokenIDs: t.TokenIDs, Logprobs: t.Logprobs, Finish: t.Finish, LatencyMS: t.LatencyMS,
+	}, nil
+}
+
+// turnGeneratedV2 is turn.generated version 2: per-token version
+// segments, binary token arrays and text, without what a recording proxy
+// adds in version 3.
+type turnGeneratedV2 struct {
+	Attempt             string             `json:"attempt" rl:"id"`
+	Turn                int                `json:"turn"`
+	PromptTokens        int64              `json:"prompt_tokens"`
+	CompletionTokens    int64              `json:"completion_tokens"`
+	CachedTokens        int64              `json:"cached_tokens"`
+	VersionSegments     []versionSegmentV2 `json:"version_segments"`
+	ObservationTokenIDs []int32            `json:"observation_token_ids,omitempty" rl:"optional,int32le"`
+	TokenIDs            []int32            `json:"token_ids,omitempty" rl:"optional,int32le"`
+	Logprobs            []float32          `json:"logprobs,omitempty" rl:"optional,float32le,signed,max=0"`
+	Text                string             `json:"text,omitempty" rl:"optional"`
+	TextCut             int64              `json:"text_cut,omitempty" rl:"optional"`
+	Finish              string             `json:"finish" rl:"enum=tool_call|stop|length"`
+	LatencyMS           int64              `json:"latency_ms"`
+}
+
+// versionSegmentV2 is a version segment of turn.generated version 2:
+// without how its version was known.
+type versionSegmentV2 struct {
+	Start         int64 `json:"start"`
+	PolicyVersion int64 `json:"policy_version"`
+}
+
+func (*turnGeneratedV2) ruleSet() ruleSet { return ruleSet{rules: turnGeneratedRules} }
+
+// A version 2 turn has no parent, no divergence, no sampling, engine or
+// tags, and its segments' versions were declared by the producer.
+func turnGeneratedV2Up(o *turnGeneratedV2) *TurnGenerated {
+	segs := make([]VersionSegment, len(o.VersionSegments))
+	for i, vs := range o.VersionSegments {
+		segs[i] = VersionSegment{Start: vs.Start, PolicyVersion: vs.PolicyVersion}
+	}
+	return &TurnGenerated{
+		Attempt: o.Attempt, Turn: o.Turn, PromptTokens: o.PromptTokens, CompletionTokens: o.CompletionTokens,
+		CachedTokens: o.CachedTokens, VersionSegments: segs, ObservationTokenIDs: o.ObservationTokenIDs,
+		TokenIDs: o.TokenIDs, Logprobs: o.Logprobs, Text: o.Text, TextCut: o.TextCut, Finish: o.Finish, LatencyMS: o.LatencyMS,
+	}
+}
+
+func turnGeneratedV2Down(t *TurnGenerated) (*turnGeneratedV2, *FieldError) {
+	v2 := func(field, what string) *FieldError { return notInVersion(TypeTurnGenerated, 2, field, "%s", what) }
+	switch {
+	case t.Parent != nil || t.PrefixTokens != 0:
+		return nil, v2("parent", "no parent")
+	case t.Diverged != nil:
+		return nil, v2("diverged", "no divergence")
+	case t.PromptIDsFrom != "":
+		return nil, v2("prompt_ids_from", "no prompt_ids_from")
+	case t.IDsFrom != "":
+		return nil, v2("ids_from", "no ids_from")
+	case t.Sampling != nil:
+		return nil, v2("sampling", "no sampling parameters")
+	case t.Engine != nil:
+		return nil, v2("engine", "no engine")
+	case len(t.Tags) > 0:
+		return nil, v2("tags", "no tags")
+	case t.Finish == FinishAbort:
+		return nil, v2("finish", "no finish reason abort")
+	}
+	segs := make([]versionSegmentV2, len(t.VersionSegments))
+	for i, vs := range t.VersionSegments {
+		if vs.Known != "" {
+			return nil, notInVersion(TypeTurnGenerated, 2, fmt.Sprintf("version_segments[%d].known", i), "no known")
+		}
+		segs[i] = versionSegmentV2{Start: vs.Start, PolicyVersion: vs.PolicyVersion}
+	}
+	return &turnGeneratedV2{
+		Attempt: t.Attempt, Turn: t.Turn, PromptTokens: t.PromptTokens, CompletionTokens: t.CompletionTokens,
+		CachedTokens: t.CachedTokens, VersionSegments: segs, ObservationTokenIDs: t.ObservationTokenIDs,
+		TokenIDs: t.TokenIDs, Logprobs: t.Logprobs, Text: t.Text, TextCut: t.TextCut, Finish: t.Finish, LatencyMS: t.LatencyMS,
+	}, nil
+}
+
+// toolCalledV2 is tool.called version 2: input and output, without the
+// call's id and what a proxy cannot know.
+type toolCalledV2 struct {
+	Attempt     string `json:"attempt" rl:"id"`
+	Turn        int    `json:"turn"`
+	Call        int    `json:"call"`
+	Tool        string `json:"tool"`
+	ExitCode    int    `json:"exit_code" rl:"signed"`
+	DurationMS  int64  `json:"duration_ms"`
+	OutputBytes int64  `json:"output_bytes"`
+	ToFile      bool   `json:"to_file"`
+	Background  bool   `json:"background"`
+	TimedOut    bool   `json:"timed_out"`
+	Input       string `json:"input,omitempty" rl:"optional"`
+	InputCut    int64  `json:"input_cut,omitempty" rl:"optional"`
+	Output      string `json:"output,omitempty" rl:"optional"`
+	OutputCut   int64  `json:"output_cut,omitempty" rl:"optional"`
+}
+
+func (*toolCalledV2) ruleSet() ruleSet { return (*ToolCalled)(nil).ruleSet() }
+
+func toolCalledV2Up(o *toolCalledV2) *ToolCalled {
+	return &ToolCalled{
+		Attempt: o.Attempt, Turn: o.Turn, Call: o.Call, Tool: o.Tool, ExitCode: o.ExitCode, DurationMS: o.DurationMS,
+		OutputBytes: o.OutputBytes, ToFile: o.ToFile, Background: o.Background, TimedOut: o.TimedOut,
+		Input: o.Input, InputCut: o.InputCut, Output: o.Output, OutputCut: o.OutputCut,
+	}
+}
+
+func toolCalledV2Down(t *ToolCalled) (*toolCalledV2, *FieldError) {
+	switch {
+	case t.CallID != "":
+		return nil, notInVersion(TypeToolCalled, 2, "call_id", "no call_id")
+	case t.Unanswered:
+		return nil, notInVersion(TypeToolCalled, 2, "unanswered", "no unanswered")
+	case t.ExitUnknown:
+		return nil, notInVersion(TypeToolCalled, 2, "exit_unknown", "no exit_unknown")
+	}
+	return &toolCalledV2{
+		Attempt: t.Attempt, Turn: t.Turn, Call: t.Call, Tool: t.Tool, ExitCode: t.ExitCode, DurationMS: t.DurationMS,
+		OutputBytes: t.OutputBytes, ToFile: t.ToFile, Background: t.Background, TimedOut: t.TimedOut,
+		Input: t.Input, InputCut: t.InputCut, Output: t.Output, OutputCut: t.OutputCut,
 	}, nil
 }
 
@@ -172,14 +295,14 @@ type toolCalledV1 struct {
 	TimedOut    bool   `json:"timed_out"`
 }
 
-func toolCalledV1Up(o *toolCalledV1) *ToolCalled {
-	return &ToolCalled{
+func toolCalledV1Up(o *toolCalledV1) *toolCalledV2 {
+	return &toolCalledV2{
 		Attempt: o.Attempt, Turn: o.Turn, Call: o.Call, Tool: o.Tool, ExitCode: o.ExitCode, DurationMS: o.DurationMS,
 		OutputBytes: o.OutputBytes, ToFile: o.ToFile, Background: o.Background, TimedOut: o.TimedOut,
 	}
 }
 
-func toolCalledV1Down(t *ToolCalled) (*toolCalledV1, *FieldError) {
+func toolCalledV1Down(t *toolCalledV2) (*toolCalledV1, *FieldError) {
 	switch {
 	case t.Input != "" || t.InputCut != 0:
 		return nil, notInVersion(TypeToolCalled, 1, "input", "no input")

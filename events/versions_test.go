@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -185,7 +186,7 @@ func TestEncodeRefusesWhatItsVersionCannotHold(t *testing.T) {
 		})
 	}
 	for _, ev := range []events.Event{
-		{ID: testID, Run: testRun, Type: events.TypeTurnGenerated, V: 3, Source: "s", Data: &events.TurnGenerated{}},
+		{ID: testID, Run: testRun, Type: events.TypeTurnGenerated, V: 4, Source: "s", Data: &events.TurnGenerated{}},
 		{ID: testID, Run: testRun, Type: events.TypeTurnGenerated, V: 0, Source: "s", Data: &events.TurnGenerated{}},
 		{ID: testID, Run: testRun, Type: events.TypeTurnGenerated, V: 1, Source: "s", Data: &events.ToolCalled{}},
 		{ID: testID, Run: testRun, Type: "batch.sealed", V: 1, Source: "s", Data: &events.ToolCalled{}},
@@ -196,14 +197,124 @@ func TestEncodeRefusesWhatItsVersionCannotHold(t *testing.T) {
 	}
 }
 
-// New writes each type at its newest version: producers in Go write v2
+// Version 2 cannot hold what version 3 adds: Encode names the field.
+func TestEncodeRefusesV3FieldsAsV2(t *testing.T) {
+	base := func() *events.TurnGenerated {
+		return &events.TurnGenerated{Attempt: "a", Turn: 1, PromptTokens: 4, VersionSegments: events.SingleVersion(1), Finish: events.FinishStop}
+	}
+	temp := 0.5
+	for _, tc := range []struct {
+		name  string
+		data  events.Fact
+		field string
+	}{
+		{"parent", func() events.Fact { t := base(); t.Parent, t.PrefixTokens = events.TurnRef(0), 2; return t }(), "data.parent"},
+		{"diverged", func() events.Fact { t := base(); t.Diverged = &events.Divergence{Turn: 0, At: 1}; return t }(), "data.diverged"},
+		{"sampling", func() events.Fact { t := base(); t.Sampling = &events.Sampling{Temperature: &temp}; return t }(), "data.sampling"},
+		{"engine", func() events.Fact { t := base(); t.Engine = &events.EngineInfo{Name: "vllm"}; return t }(), "data.engine"},
+		{"tags", func() events.Fact { t := base(); t.Tags = []string{events.TagRefused}; return t }(), "data.tags"},
+		{"abort", func() events.Fact { t := base(); t.Finish = events.FinishAbort; return t }(), "data.finish"},
+		{"ids_from", func() events.Fact { t := base(); t.IDsFrom = events.IDsNative; return t }(), "data.ids_from"},
+		{"known", func() events.Fact {
+			t := base()
+			t.VersionSegments[0].Known = events.KnownEngine
+			return t
+		}(), "data.version_segments[0].known"},
+		{"call_id", &events.ToolCalled{Attempt: "a", Tool: "t", CallID: "c"}, "data.call_id"},
+		{"exit_unknown", &events.ToolCalled{Attempt: "a", Tool: "t", ExitUnknown: true}, "data.exit_unknown"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ev := events.Event{ID: testID, Run: testRun, Type: tc.data.FactType(), V: 2, At: time.Unix(0, 0), Source: "s", Data: tc.data}
+			_, err := events.Encode(ev)
+			fe, ok := events.AsFieldError(err)
+			if !ok || fe.Field != tc.field || !errors.Is(err, events.ErrInvalidValue) {
+				t.Fatalf("got %v, want invalid_value at %s", err, tc.field)
+			}
+			ev.V = 3
+			if _, err := events.Encode(ev); err != nil {
+				t.Errorf("as version 3: %v", err)
+			}
+		})
+	}
+}
+
+// Records of versions 1 and 2 read as the newest shape and encode back to
+// their own bytes; a v2 turn read as v3 has every new field absent.
+func TestOlderVersionsKeepTheirBytes(t *testing.T) {
+	for _, body := range []string{turn(turnData), turn2(turnV2Data), turn2(turnV2Cut),
+		recordV(events.TypeToolCalled, 2, toolV2Data).String(), record(events.TypeToolCalled, toolData).String()} {
+		ev := mustDecode(t, body)
+		if got := mustEncode(t, ev); string(got) != body {
+			t.Errorf("got %s, want %s", got, body)
+		}
+		if tg, ok := ev.Data.(*events.TurnGenerated); ok {
+			if tg.Parent != nil || tg.PrefixTokens != 0 || tg.Sampling != nil || tg.Engine != nil || tg.Tags != nil || tg.Diverged != nil {
+				t.Errorf("v%d turn upcast with v3 fields: %+v", ev.V, tg)
+			}
+		}
+	}
+}
+
+// A v3 turn roundtrips: decode, encode, the same bytes; Temperature and
+// HasTag read it.
+func TestTurnV3Roundtrip(t *testing.T) {
+	body := turn3(turnV3Data)
+	ev := mustDecode(t, body)
+	if got := mustEncode(t, ev); string(got) != body {
+		t.Errorf("got %s, want %s", got, body)
+	}
+	tg := ev.Data.(*events.TurnGenerated)
+	if tg.Parent == nil || *tg.Parent != 1 || tg.PrefixTokens != 97 || tg.Diverged == nil || *tg.Diverged != (events.Divergence{Turn: 1, At: 97}) {
+		t.Errorf("parent, prefix, diverged: %v %d %v", tg.Parent, tg.PrefixTokens, tg.Diverged)
+	}
+	if temp, ok := tg.Temperature(); !ok || temp != 0.7 {
+		t.Errorf("Temperature() = %v, %v", temp, ok)
+	}
+	if !tg.HasTag(events.TagContinued) || tg.HasTag(events.TagRefused) {
+		t.Errorf("tags %v", tg.Tags)
+	}
+	if tg.VersionSegments[1].Known != events.KnownObserved {
+		t.Errorf("known %q", tg.VersionSegments[1].Known)
+	}
+	first := mustDecode(t, turn3(turnV3First)).Data.(*events.TurnGenerated)
+	if temp, ok := first.Temperature(); !ok || temp != 0 || first.Parent != nil {
+		t.Errorf("greedy first turn: %v %v %v", temp, ok, first.Parent)
+	}
+	// Built in Go: parent 0 is a value, not absent.
+	temp := 1.0
+	built := &events.TurnGenerated{Attempt: "a", Turn: 1, PromptTokens: 5, CompletionTokens: 1, VersionSegments: events.SingleVersion(1),
+		ObservationTokenIDs: []int32{9}, TokenIDs: []int32{3}, Logprobs: []float32{-1}, Finish: events.FinishStop,
+		Parent: events.TurnRef(0), PrefixTokens: 4, Sampling: &events.Sampling{Temperature: &temp}}
+	enc := mustEncode(t, events.New(testRun, "proxy-1", time.Unix(0, 0), built))
+	if !bytes.Contains(enc, []byte(`"parent":0,"prefix_tokens":4`)) || !bytes.Contains(enc, []byte(`"v":3`)) {
+		t.Errorf("got %s", enc)
+	}
+	if back := mustDecode(t, string(enc)); !reflect.DeepEqual(back.Data, built) {
+		t.Errorf("got %+v, want %+v", back.Data, built)
+	}
+}
+
+// A vocabulary chunk roundtrips, its pieces as base64.
+func TestVocabularyRoundtrip(t *testing.T) {
+	body := record(events.TypeVocabularyRegistered, vocabularyData).String()
+	ev := mustDecode(t, body)
+	if got := mustEncode(t, ev); string(got) != body {
+		t.Errorf("got %s, want %s", got, body)
+	}
+	v := ev.Data.(*events.VocabularyRegistered)
+	if string(v.Pieces) != "hello world!" || !slices.Equal(v.Offsets, []int32{5, 6, 11, 12}) {
+		t.Errorf("got %q %v", v.Pieces, v.Offsets)
+	}
+}
+
+// New writes each type at its newest version: producers in Go write v3
 // turns.
 func TestNewWritesTheNewestVersion(t *testing.T) {
-	tg := &events.TurnGenerated{Attempt: "a", VersionSegments: []events.VersionSegment{{0, 3}, {2, 4}}, CompletionTokens: 4,
+	tg := &events.TurnGenerated{Attempt: "a", VersionSegments: []events.VersionSegment{{Start: 0, PolicyVersion: 3}, {Start: 2, PolicyVersion: 4}}, CompletionTokens: 4,
 		TokenIDs: []int32{1, 2, 3, 4}, Logprobs: []float32{-1, -2, -3, -4}, Text: "abc", TextCut: 9, Finish: events.FinishStop}
 	ev := events.New(testRun, "engine-1", time.Unix(0, 0), tg)
-	if ev.V != 2 {
-		t.Fatalf("got v%d, want 2", ev.V)
+	if ev.V != 3 {
+		t.Fatalf("got v%d, want 3", ev.V)
 	}
 	enc := mustEncode(t, ev)
 	want := `"version_segments":[{"start":0,"policy_version":3},{"start":2,"policy_version":4}],"token_ids":"` + b64i(1, 2, 3, 4) +
@@ -300,7 +411,7 @@ func FuzzBinaryDecode(f *testing.F) {
 func utf8Valid(s string) bool { return strings.ToValidUTF8(s, "\ufffd") == s }
 
 func TestVersionAt(t *testing.T) {
-	tg := &events.TurnGenerated{VersionSegments: []events.VersionSegment{{0, 3}, {4, 5}, {9, 8}}}
+	tg := &events.TurnGenerated{VersionSegments: []events.VersionSegment{{Start: 0, PolicyVersion: 3}, {Start: 4, PolicyVersion: 5}, {Start: 9, PolicyVersion: 8}}}
 	for i, want := range []int64{3, 3, 3, 3, 5, 5, 5, 5, 5, 8, 8, 8} {
 		if got := tg.VersionAt(int64(i)); got != want {
 			t.Errorf("VersionAt(%d) = %d, want %d", i, got, want)

@@ -64,6 +64,9 @@ type record struct {
 
 func (em *emitter) add(stream int, vt int64, source string, f events.Fact) {
 	ev := events.New(em.run, source, Epoch.Add(time.Duration(vt)*time.Millisecond), f)
+	// Version 2 at most: a version 3 turn's observation tokens are its
+	// whole new prompt, which the simulated turns do not carry.
+	ev.V = min(ev.V, 2)
 	if em.v != 0 {
 		ev.V = em.v
 	}

@@ -79,7 +79,8 @@ type Options struct {
 	// with the rest counted in its *_cut field.
 	Text bool
 	// FactVersion is the catalogue version of the facts written: 0 means
-	// the newest (2); 1 writes a version 1 run, whose turns each carry
+	// 2 (the simulator writes no version 3 turns, which carry whole
+	// prompts as a recording proxy sees them); 1 writes a version 1 run, whose turns each carry
 	// one policy version (a turn in flight across a weight update reports
 	// the version it started with) and no text.
 	FactVersion int

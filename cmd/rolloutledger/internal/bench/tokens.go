@@ -55,6 +55,7 @@ func makeTokenPayload(distinct, perBody int) (*payload, error) {
 			VersionSegments: events.SingleVersion(1), ObservationTokenIDs: obs, TokenIDs: ids, Logprobs: lps,
 			Finish: events.FinishToolCall, LatencyMS: 20_000,
 		})
+		ev.V = 2 // observation tokens of tool output only: version 2's meaning
 		b, err := events.Encode(ev)
 		if err != nil {
 			return nil, err
