@@ -8,6 +8,7 @@
 package explore
 
 import (
+	"container/list"
 	"embed"
 	"fmt"
 	"io/fs"
@@ -18,6 +19,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rolloutledger/rolloutledger/events"
@@ -44,17 +46,39 @@ type RunLister interface {
 	Runs() ([]projector.RunInfo, error)
 }
 
+// Defaults of the bounds on the runs whose models the service keeps.
+const (
+	DefaultMaxFollowers = 64
+	DefaultFollowerIdle = 15 * time.Minute
+)
+
 // Service serves the explorer's views of the runs in Kafka, each kept
 // current by reading what its partitions gained since the last request.
+//
+// Only runs the ledger knows (those [RunLister] lists) get a model: a view
+// of any other run id is a 404 that reads nothing from Kafka and keeps
+// nothing. The models kept are bounded: at most MaxFollowers runs, the
+// least recently read dropped first, and none read for FollowerIdle.
 type Service struct {
 	Kafka  kafkalog.Config
 	Runs   RunLister
 	Logger *slog.Logger
-	// Now is the clock that says whether a run is live; nil means time.Now.
+	// Now is the clock that says whether a run is live and when a model
+	// has gone idle; nil means time.Now.
 	Now func() time.Time
+	// MaxFollowers bounds how many runs' models are kept between
+	// requests; 0 (or less) means DefaultMaxFollowers.
+	MaxFollowers int
+	// FollowerIdle is how long a run's model is kept after it was last
+	// read; 0 (or less) means DefaultFollowerIdle.
+	FollowerIdle time.Duration
 
-	mu   sync.Mutex
-	runs map[string]*follower
+	mu    sync.Mutex
+	runs  map[string]*list.Element // of lru, each a *follower
+	lru   *list.List               // most recently read first
+	sweep *time.Timer              // drops idle models while any is kept
+	// kafkaReads counts the refreshes that read Kafka (tests read it).
+	kafkaReads atomic.Int64
 }
 
 // Routes is where the service registers its routes (an [auth.Router]).
@@ -133,8 +157,19 @@ func (s *Service) view(fn func(*Model, *http.Request) (any, error)) http.Handler
 			httpx.WriteError(w, http.StatusBadRequest, "invalid_value", fmt.Sprintf("%q is not a run id", run))
 			return
 		}
+		known, err := s.known(run)
+		if err != nil {
+			s.answer(w, nil, err)
+			return
+		}
+		if !known {
+			// Nothing is read and nothing kept for a run the ledger has
+			// never seen: any valid id may be asked for.
+			httpx.WriteError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no run %s", run))
+			return
+		}
 		var out any
-		err := s.follower(run).current(r.Context(), s.now(), func(m *Model) error {
+		err = s.follower(run).current(r.Context(), s.now(), func(m *Model) error {
 			if m.Facts() == 0 {
 				return &httpError{http.StatusNotFound, "not_found", fmt.Sprintf("run %s has no facts", run)}
 			}
@@ -168,18 +203,86 @@ func asHTTP(err error, he **httpError) bool {
 	return ok
 }
 
+// known reports whether the ledger has seen a fact of run.
+func (s *Service) known(run string) (bool, error) {
+	infos, err := s.Runs.Runs()
+	if err != nil {
+		return false, err
+	}
+	return slices.ContainsFunc(infos, func(ri projector.RunInfo) bool { return ri.Run == run }), nil
+}
+
+func (s *Service) maxFollowers() int {
+	if s.MaxFollowers > 0 {
+		return s.MaxFollowers
+	}
+	return DefaultMaxFollowers
+}
+
+func (s *Service) followerIdle() time.Duration {
+	if s.FollowerIdle > 0 {
+		return s.FollowerIdle
+	}
+	return DefaultFollowerIdle
+}
+
+// follower returns run's follower, made when none is kept; it drops the
+// idle ones and the least recently read past the bound.
 func (s *Service) follower(run string) *follower {
+	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.runs == nil {
-		s.runs = map[string]*follower{}
+		s.runs, s.lru = map[string]*list.Element{}, list.New()
 	}
-	f := s.runs[run]
-	if f == nil {
-		f = &follower{kc: s.Kafka, run: run}
-		s.runs[run] = f
+	s.dropIdle(now)
+	if e := s.runs[run]; e != nil {
+		f := e.Value.(*follower)
+		f.used = now
+		s.lru.MoveToFront(e)
+		return f
+	}
+	f := &follower{kc: s.Kafka, run: run, used: now, reads: &s.kafkaReads}
+	s.runs[run] = s.lru.PushFront(f)
+	for s.lru.Len() > s.maxFollowers() {
+		s.drop(s.lru.Back())
+	}
+	if s.sweep == nil {
+		s.sweep = time.AfterFunc(s.followerIdle(), s.sweepIdle)
 	}
 	return f
+}
+
+// sweepIdle drops the idle followers, and comes back while any is kept.
+func (s *Service) sweepIdle() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dropIdle(s.now())
+	if s.lru.Len() == 0 {
+		s.sweep = nil
+		return
+	}
+	s.sweep.Reset(s.followerIdle())
+}
+
+// dropIdle drops the followers not read for followerIdle; s.mu is held.
+func (s *Service) dropIdle(now time.Time) {
+	for e := s.lru.Back(); e != nil && now.Sub(e.Value.(*follower).used) >= s.followerIdle(); e = s.lru.Back() {
+		s.drop(e)
+	}
+}
+
+// drop forgets a follower; a request reading it still finishes with it.
+func (s *Service) drop(e *list.Element) {
+	delete(s.runs, e.Value.(*follower).run)
+	s.lru.Remove(e)
+}
+
+// followers is how many runs' models are kept.
+func (s *Service) followers() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.runs)
 }
 
 // runList answers the runs list, limited to the token's run scope.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rolloutledger/rolloutledger/events"
@@ -16,6 +17,10 @@ import (
 type follower struct {
 	kc  kafkalog.Config
 	run string
+	// used is when a request last asked for it (guarded by the
+	// service's lock); reads counts its refreshes.
+	used  time.Time
+	reads *atomic.Int64
 
 	mu        sync.Mutex
 	m         *Model
@@ -46,6 +51,9 @@ func (f *follower) current(ctx context.Context, now time.Time, fn func(*Model) e
 func (f *follower) refresh(ctx context.Context) error {
 	if f.m == nil {
 		f.m = NewModel(f.run)
+	}
+	if f.reads != nil {
+		f.reads.Add(1)
 	}
 	// Decisions' end first: every decision read then was caused by a fact
 	// written before the facts' end, read next, so the model always has a
