@@ -698,8 +698,8 @@ func TestExplorerBundle(t *testing.T) {
 		_, ok := m.StepView(2)
 		return ok
 	})
-	dir := t.TempDir()
-	if _, err := explore.WriteBundle(dir, m, time.Now()); err != nil {
+	dir := filepath.Join(t.TempDir(), "bundle")
+	if _, err := explore.WriteBundle(dir, m, explore.BundleOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	b := newBrowser(t)
