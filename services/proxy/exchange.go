@@ -1,0 +1,272 @@
+package proxy
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	json "github.com/segmentio/encoding/json"
+
+	"github.com/rolloutledger/rolloutledger/events"
+)
+
+// routeKind is what a request asks of the engine.
+type routeKind int
+
+const (
+	routeChat       routeKind = iota // POST /v1/chat/completions
+	routeCompletion                  // POST /v1/completions
+	routeLlamaNative                 // POST /completion (llama.cpp)
+	routeSGLangNative                // POST /generate (SGLang)
+	routeVLLMNative                  // POST /inference/v1/generate (vLLM)
+)
+
+func (k routeKind) String() string {
+	return [...]string{"chat", "completions", "llamacpp_completion", "sglang_generate", "vllm_generate"}[k]
+}
+
+// obj is a JSON object whose members keep their raw bytes, so a request
+// or answer is changed only where the proxy means to.
+type obj map[string]json.RawMessage
+
+func parseObj(b []byte) (obj, error) {
+	var o obj
+	if err := json.Unmarshal(b, &o); err != nil {
+		return nil, err
+	}
+	if o == nil {
+		return nil, fmt.Errorf("the body is null, not an object")
+	}
+	return o, nil
+}
+
+func (o obj) set(k string, v any) {
+	raw, _ := json.Marshal(v)
+	o[k] = raw
+}
+
+func (o obj) has(k string) bool {
+	v, ok := o[k]
+	return ok && !bytes.Equal(bytes.TrimSpace(v), []byte("null"))
+}
+
+func (o obj) bool(k string) bool {
+	var b bool
+	_ = json.Unmarshal(o[k], &b)
+	return b
+}
+
+func (o obj) str(k string) string {
+	var s string
+	_ = json.Unmarshal(o[k], &s)
+	return s
+}
+
+func (o obj) obj(k string) obj {
+	var x obj
+	if o.has(k) {
+		_ = json.Unmarshal(o[k], &x)
+	}
+	return x
+}
+
+func (o obj) arr(k string) []json.RawMessage {
+	var x []json.RawMessage
+	if o.has(k) {
+		_ = json.Unmarshal(o[k], &x)
+	}
+	return x
+}
+
+// num reads a number member; ok is false when it is absent or no number.
+func (o obj) num(k string) (float64, bool) {
+	if !o.has(k) {
+		return 0, false
+	}
+	var f float64
+	if json.Unmarshal(o[k], &f) != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, false
+	}
+	return f, true
+}
+
+func (o obj) int(k string) (int64, bool) {
+	f, ok := o.num(k)
+	if !ok || f != math.Trunc(f) {
+		return 0, false
+	}
+	return int64(f), true
+}
+
+func (o obj) bytes() []byte {
+	b, _ := json.Marshal(map[string]json.RawMessage(o))
+	return b
+}
+
+// asked is what the client asked for itself, so that what the proxy added
+// to the upstream request is taken out of the answer again.
+type asked struct {
+	logprobs bool // log-probs of any kind
+	tokenIDs bool // vLLM return_token_ids
+	usage    bool // stream_options.include_usage
+	tokens   bool // llama.cpp return_tokens
+	probs    bool // llama.cpp n_probs > 0
+	logprob  bool // SGLang return_logprob
+}
+
+// exchange is one recorded request and what the engine answered.
+type exchange struct {
+	kind    routeKind
+	id      identity
+	req     obj
+	asked   asked
+	stream  bool
+	began   time.Time
+	// promptIDs is the prompt as ids when the client gave them (token-in).
+	clientIDs []int32
+	sampling  *events.Sampling
+	// what the answer said
+	cap capture
+}
+
+// capture is what the engine's answer says about the turn.
+type capture struct {
+	promptIDs     []int32
+	promptFrom    string
+	ids           []int32
+	logprobs      []float32
+	idsFrom       string
+	haveIDs       bool // the answer carried completion ids (possibly none)
+	haveLogprobs  bool
+	usagePrompt   int64
+	usageComplete int64
+	haveUsage     bool
+	cached        int64
+	text          strings.Builder
+	finish        string
+	toolCalls     []*toolCall
+	tags          []string
+	engineVersion []events.VersionSegment // versions the engine reported
+	model         string
+	// logprob entries seen in a stream, and ids seen, for the length check
+	entries int
+	latency time.Duration
+}
+
+// toolCall is one tool call of an assistant message, assembled from
+// stream deltas by index.
+type toolCall struct {
+	index int
+	id    string
+	name  string
+	args  strings.Builder
+}
+
+func (c *capture) tag(t string) {
+	for _, x := range c.tags {
+		if x == t {
+			return
+		}
+	}
+	c.tags = append(c.tags, t)
+}
+
+func (c *capture) call(index int) *toolCall {
+	for _, tc := range c.toolCalls {
+		if tc.index == index {
+			return tc
+		}
+	}
+	tc := &toolCall{index: index}
+	c.toolCalls = append(c.toolCalls, tc)
+	return tc
+}
+
+// parseIDs reads a JSON array of token ids.
+func parseIDs(raw json.RawMessage) ([]int32, error) {
+	var xs []int64
+	if err := json.Unmarshal(raw, &xs); err != nil {
+		return nil, err
+	}
+	out := make([]int32, len(xs))
+	for i, x := range xs {
+		if x < 0 || x > math.MaxInt32 {
+			return nil, fmt.Errorf("token id %d at index %d is out of range", x, i)
+		}
+		out[i] = int32(x)
+	}
+	return out, nil
+}
+
+// promptTokenIDs reads a token-in prompt: an array of ids. A string (or
+// anything else) is not one.
+func promptTokenIDs(raw json.RawMessage) ([]int32, bool, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || raw[0] != '[' {
+		return nil, false, nil
+	}
+	var first []json.RawMessage
+	if err := json.Unmarshal(raw, &first); err != nil {
+		return nil, false, err
+	}
+	if len(first) > 0 && bytes.HasPrefix(bytes.TrimSpace(first[0]), []byte("[")) {
+		if len(first) != 1 {
+			return nil, false, fmt.Errorf("%d prompts in one request: an attempt's request is one prompt", len(first))
+		}
+		raw = first[0]
+	} else if len(first) > 0 && bytes.HasPrefix(bytes.TrimSpace(first[0]), []byte(`"`)) {
+		if len(first) != 1 {
+			return nil, false, fmt.Errorf("%d prompts in one request: an attempt's request is one prompt", len(first))
+		}
+		return nil, false, nil
+	}
+	ids, err := parseIDs(raw)
+	return ids, err == nil, err
+}
+
+// samplingOf reads the effective sampling parameters a request names,
+// under the names the engines use.
+func samplingOf(o obj) *events.Sampling {
+	s := &events.Sampling{}
+	any := false
+	f := func(dst **float64, keys ...string) {
+		for _, k := range keys {
+			if v, ok := o.num(k); ok {
+				*dst, any = &v, true
+				return
+			}
+		}
+	}
+	i := func(dst **int64, keys ...string) {
+		for _, k := range keys {
+			if v, ok := o.int(k); ok {
+				*dst, any = &v, true
+				return
+			}
+		}
+	}
+	f(&s.Temperature, "temperature")
+	f(&s.TopP, "top_p")
+	i(&s.TopK, "top_k")
+	if s.TopK != nil && *s.TopK < 0 {
+		s.TopK = nil // an engine's "disabled"
+	}
+	if s.Temperature != nil && *s.Temperature < 0 {
+		s.Temperature = nil
+	}
+	f(&s.MinP, "min_p")
+	i(&s.MaxTokens, "max_completion_tokens", "max_tokens", "max_new_tokens", "n_predict")
+	i(&s.Seed, "seed")
+	f(&s.PresencePenalty, "presence_penalty")
+	f(&s.FrequencyPenalty, "frequency_penalty")
+	f(&s.RepetitionPenalty, "repetition_penalty", "repeat_penalty")
+	if !any {
+		return nil
+	}
+	return s
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

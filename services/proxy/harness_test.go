@@ -1,0 +1,140 @@
+package proxy_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
+	"github.com/rolloutledger/rolloutledger/internal/testenv"
+	"github.com/rolloutledger/rolloutledger/internal/testenv/ledgertest"
+	"github.com/rolloutledger/rolloutledger/services/proxy"
+	"github.com/rolloutledger/rolloutledger/services/stack"
+)
+
+// ledger is a real ledger (ingest, projector, api) on real Kafka.
+type ledger struct {
+	kc  kafkalog.Config
+	url string
+	s   *stack.Stack
+}
+
+func startLedger(t *testing.T) *ledger {
+	t.Helper()
+	kc := testenv.RealKafka(t)
+	s, err := stack.Start(context.Background(), stack.Options{Addr: "127.0.0.1:0", Kafka: kc, DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+	return &ledger{kc: kc, url: s.URL(), s: s}
+}
+
+// recorder is a proxy in front of an engine, served by httptest.
+type recorder struct {
+	s   *proxy.Server
+	url string
+}
+
+func startProxy(t *testing.T, o proxy.Options) *recorder {
+	t.Helper()
+	if o.SpoolDir == "" {
+		o.SpoolDir = t.TempDir()
+	}
+	s, err := proxy.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.Start(ctx)
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(func() {
+		hs.Close()
+		cancel()
+		_ = s.Close()
+	})
+	return &recorder{s: s, url: hs.URL}
+}
+
+// waitDelivered waits until the proxy's spool is empty.
+func (r *recorder) waitDelivered(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		waiting, dead := r.s.Pending()
+		if dead > 0 {
+			t.Fatalf("%d facts were refused by the ledger", dead)
+		}
+		if waiting == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d facts still waiting for the ledger after 3 minutes", waiting)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func postJSON(t *testing.T, url string, body any, header ...string) (int, []byte) {
+	t.Helper()
+	raw, err := json.Marshal(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, b
+}
+
+// facts are a run's facts of one type in the ledger, in log order.
+func runFacts[T events.Fact](t *testing.T, kc kafkalog.Config, run string) ([]T, []events.Event) {
+	t.Helper()
+	var out []T
+	var evs []events.Event
+	for _, r := range ledgertest.Facts(t, kc)[run] {
+		if d, ok := r.Event.Data.(T); ok {
+			out = append(out, d)
+			evs = append(evs, r.Event)
+		}
+	}
+	return out, evs
+}
+
+// wholeSequence rebuilds a turn's prompt from the ledger alone: its
+// parent's whole sequence up to prefix_tokens, then its new tokens.
+func wholeSequence(t *testing.T, turns []*events.TurnGenerated, i int) []int32 {
+	t.Helper()
+	tg := turns[i]
+	var prompt []int32
+	if tg.Parent != nil {
+		p := wholeSequence(t, turns, *tg.Parent)
+		p = append(p, turns[*tg.Parent].TokenIDs...)
+		if int64(len(p)) < tg.PrefixTokens {
+			t.Fatalf("turn %d: parent %d's sequence has %d tokens, fewer than prefix_tokens %d", tg.Turn, *tg.Parent, len(p), tg.PrefixTokens)
+		}
+		prompt = slices.Clone(p[:tg.PrefixTokens])
+	}
+	return append(prompt, tg.ObservationTokenIDs...)
+}

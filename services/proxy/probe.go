@@ -1,0 +1,93 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	json "github.com/segmentio/encoding/json"
+)
+
+// Probe asks the first engine what it is, and checks that a one-token
+// chat completion comes back with ids and log-probs where the proxy looks
+// for them. The engine's version goes into every turn. An engine that
+// gives no ids is reported here, before any turn is lost to it.
+func (s *Server) Probe(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	base := s.ups[0].String()
+	get := func(path string) obj {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+		if err != nil {
+			return nil
+		}
+		resp, err := s.o.Client.Do(req)
+		if err != nil {
+			return nil
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+		if resp.StatusCode != http.StatusOK {
+			return nil
+		}
+		o, _ := parseObj(raw)
+		return o
+	}
+	switch s.o.Engine {
+	case EngineLlamaCPP:
+		if p := get("/props"); p != nil {
+			s.engineVersion = p.str("build_info")
+		}
+	case EngineVLLM:
+		if p := get("/version"); p != nil {
+			s.engineVersion = p.str("version")
+		}
+	case EngineSGLang:
+		for _, path := range []string{"/server_info", "/get_server_info"} {
+			if p := get(path); p != nil {
+				s.engineVersion = p.str("version")
+				break
+			}
+		}
+	}
+	if len(s.engineVersion) > 128 {
+		s.engineVersion = s.engineVersion[:128]
+	}
+	models := get("/v1/models")
+	model := ""
+	if models != nil {
+		for _, raw := range models.arr("data") {
+			var m obj
+			if json.Unmarshal(raw, &m) == nil && m.str("id") != "" {
+				model = m.str("id")
+				break
+			}
+		}
+	}
+	if models == nil {
+		return fmt.Errorf("proxy: the engine at %s does not answer GET /v1/models", s.ups[0].Host)
+	}
+	req := obj{}
+	req.set("model", model)
+	req.set("messages", []map[string]string{{"role": "user", "content": "ping"}})
+	req.set("max_tokens", 1)
+	req.set("temperature", 0)
+	ex := &exchange{kind: routeChat, req: req}
+	if err := prepare(s.o.Engine, ex); err != nil {
+		return err
+	}
+	var ans obj
+	if err := upstreamJSON(ctx, s.o.Client, base, "/v1/chat/completions", map[string]json.RawMessage(ex.req), &ans); err != nil {
+		return fmt.Errorf("proxy: probe completion: %w", err)
+	}
+	ex.cap.readAnswer(ans, routeChat)
+	c := &ex.cap
+	if !c.haveIDs || !c.haveLogprobs || int64(len(c.ids)) != c.usageComplete || len(c.logprobs) != len(c.ids) {
+		return fmt.Errorf("proxy: the %s engine's chat answers carry no usable token ids (ids %d, log-probs %d, completion_tokens %d): turns will be tagged ids_mismatch",
+			s.o.Engine, len(c.ids), len(c.logprobs), c.usageComplete)
+	}
+	s.o.Logger.Info("proxy: engine probed", "engine", s.o.Engine, "version", s.engineVersion, "model", model)
+	return nil
+}

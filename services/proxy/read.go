@@ -1,0 +1,228 @@
+package proxy
+
+import (
+	"bytes"
+	"strings"
+
+	json "github.com/segmentio/encoding/json"
+)
+
+// This file reads the OpenAI-compatible answers of every engine: ids,
+// log-probs, usage, text and tool calls, wherever each engine puts them,
+// and takes out what the proxy asked for and the client did not.
+
+// finishOf maps an OpenAI finish reason to the catalogue's.
+func finishOf(r string) string {
+	switch r {
+	case "tool_calls", "function_call":
+		return "tool_call"
+	case "length":
+		return "length"
+	case "abort":
+		return "abort"
+	case "":
+		return ""
+	}
+	return "stop"
+}
+
+// readUsage takes the usage object of an answer or of a stream's last
+// chunk.
+func (c *capture) readUsage(o obj) {
+	u := o.obj("usage")
+	if u == nil {
+		if t := o.obj("timings"); t != nil {
+			if n, ok := t.int("cache_n"); ok {
+				c.cached = n
+			}
+		}
+		return
+	}
+	if p, ok := u.int("prompt_tokens"); ok {
+		c.usagePrompt, c.haveUsage = p, true
+	}
+	if n, ok := u.int("completion_tokens"); ok {
+		c.usageComplete = n
+	}
+	if d := u.obj("prompt_tokens_details"); d != nil {
+		if n, ok := d.int("cached_tokens"); ok {
+			c.cached = n
+		}
+	} else if t := o.obj("timings"); t != nil {
+		if n, ok := t.int("cache_n"); ok {
+			c.cached = n
+		}
+	}
+}
+
+// readLogprobs takes a choice's log-probs: the chat form (content entries,
+// with llama.cpp's `id`) or the completions form (tokens and
+// token_logprobs). Ids found in entries are used only when the choice has
+// no token_ids of its own.
+func (c *capture) readLogprobs(lp obj, idsFromEntries bool) {
+	if lp == nil {
+		return
+	}
+	if content := lp.arr("content"); content != nil {
+		c.haveLogprobs = true
+		for _, raw := range content {
+			var e obj
+			if json.Unmarshal(raw, &e) != nil {
+				continue
+			}
+			c.entries++
+			f, _ := e.num("logprob")
+			c.logprobs = append(c.logprobs, float32(f))
+			if idsFromEntries {
+				if id, ok := e.int("id"); ok {
+					c.ids = append(c.ids, int32(id))
+					c.haveIDs = true
+				}
+			}
+		}
+		return
+	}
+	if tl := lp.arr("token_logprobs"); tl != nil {
+		c.haveLogprobs = true
+		for _, raw := range tl {
+			var f float64
+			_ = json.Unmarshal(raw, &f)
+			c.entries++
+			c.logprobs = append(c.logprobs, float32(f))
+		}
+	}
+}
+
+// readChoice takes one choice of a whole answer or a stream chunk
+// (message or delta).
+func (c *capture) readChoice(ch obj, kind routeKind) {
+	ownIDs := false
+	if ch.has("token_ids") {
+		if ids, err := parseIDs(ch["token_ids"]); err == nil {
+			c.ids = append(c.ids, ids...)
+			c.haveIDs, ownIDs = true, true
+			c.idsFrom = "engine"
+		}
+	}
+	if ch.has("prompt_token_ids") && c.promptIDs == nil {
+		if ids, err := parseIDs(ch["prompt_token_ids"]); err == nil {
+			c.promptIDs, c.promptFrom = ids, "engine"
+		}
+	}
+	c.readLogprobs(ch.obj("logprobs"), !ownIDs)
+	if !ownIDs && c.haveIDs {
+		c.idsFrom = "engine"
+	}
+	if r := ch.str("finish_reason"); r != "" {
+		c.finish = finishOf(r)
+	}
+	if kind == routeCompletion {
+		c.text.WriteString(ch.str("text"))
+		return
+	}
+	msg := ch.obj("message")
+	if msg == nil {
+		msg = ch.obj("delta")
+	}
+	if msg == nil {
+		return
+	}
+	c.text.WriteString(msg.str("content"))
+	for i, raw := range msg.arr("tool_calls") {
+		var tc obj
+		if json.Unmarshal(raw, &tc) != nil {
+			continue
+		}
+		idx := i
+		if n, ok := tc.int("index"); ok {
+			idx = int(n)
+		}
+		call := c.call(idx)
+		if id := tc.str("id"); id != "" {
+			call.id = id
+		}
+		if fn := tc.obj("function"); fn != nil {
+			if name := fn.str("name"); name != "" {
+				call.name = name
+			}
+			call.args.WriteString(fn.str("arguments"))
+		}
+	}
+}
+
+// readAnswer takes a whole OpenAI-compatible answer.
+func (c *capture) readAnswer(o obj, kind routeKind) {
+	c.model = o.str("model")
+	if o.has("prompt_token_ids") {
+		if ids, err := parseIDs(o["prompt_token_ids"]); err == nil {
+			c.promptIDs, c.promptFrom = ids, "engine"
+		}
+	}
+	c.readUsage(o)
+	if chs := o.arr("choices"); len(chs) > 0 {
+		var ch obj
+		if json.Unmarshal(chs[0], &ch) == nil {
+			c.readChoice(ch, kind)
+		}
+	}
+}
+
+// strip takes out of an answer (or chunk) what the proxy added. It
+// returns the bytes to send on, the original ones when nothing changed.
+func strip(raw []byte, o obj, a asked, stream bool) ([]byte, bool) {
+	changed := false
+	if !a.tokenIDs && o.has("prompt_token_ids") {
+		delete(o, "prompt_token_ids")
+		changed = true
+	}
+	chs := o.arr("choices")
+	if stream && !a.usage && len(chs) == 0 && o.has("usage") {
+		return nil, true // the usage-only chunk the client did not ask for
+	}
+	if len(chs) > 0 && (!a.logprobs || !a.tokenIDs) {
+		out := make([]json.RawMessage, len(chs))
+		for i, rc := range chs {
+			var ch obj
+			if json.Unmarshal(rc, &ch) != nil {
+				out[i] = rc
+				continue
+			}
+			chg := false
+			if !a.logprobs && ch.has("logprobs") {
+				ch["logprobs"] = json.RawMessage("null")
+				chg = true
+			}
+			if !a.tokenIDs {
+				for _, k := range []string{"token_ids", "prompt_token_ids"} {
+					if _, ok := ch[k]; ok {
+						delete(ch, k)
+						chg = true
+					}
+				}
+			}
+			if chg {
+				out[i] = ch.bytes()
+				changed = true
+			} else {
+				out[i] = rc
+			}
+		}
+		if changed {
+			o.set("choices", out)
+		}
+	}
+	if !changed {
+		return raw, false
+	}
+	return o.bytes(), true
+}
+
+// isDone reports whether an SSE data payload is the stream's terminator.
+func isDone(data []byte) bool { return bytes.Equal(bytes.TrimSpace(data), []byte("[DONE]")) }
+
+func trimData(line string) (string, bool) {
+	if !strings.HasPrefix(line, "data:") {
+		return "", false
+	}
+	return strings.TrimPrefix(strings.TrimPrefix(line, "data:"), " "), true
+}

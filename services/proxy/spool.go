@@ -1,0 +1,283 @@
+package proxy
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// The spool's key spaces (one Pebble database under --spool):
+//
+//	q <seq:8>            a fact waiting for the ledger: run, NUL, its record
+//	d <seq:8>            a fact the ledger refused: run, NUL, record, NUL, why
+//	a <run> NUL <attempt> the attempt's state (attemptState, JSON)
+//	s <run> NUL <attempt> the attempt's last whole sequence, int32 LE
+//
+// A turn's facts, its attempt's state and its sequence are written in one
+// synced batch: after a crash either all of a turn is in the spool, and the
+// harness may have had its answer, or none of it is, and the harness never
+// had its last byte. Pebble commits concurrent synced batches with one
+// fsync (group commit).
+const (
+	prefixQueue   = 'q'
+	prefixDead    = 'd'
+	prefixAttempt = 'a'
+	prefixSeq     = 's'
+)
+
+// ErrSpoolFull is returned when the facts waiting for the ledger exceed
+// the spool's cap: the ledger has been away too long.
+var ErrSpoolFull = errors.New("proxy: spool full")
+
+// spool is the proxy's durable store.
+type spool struct {
+	db      *pebble.DB
+	max     int64
+	mu      sync.Mutex // orders seq assignment with commits
+	nextSeq uint64
+	queued  atomic.Int64 // bytes of q values
+	count   atomic.Int64 // q entries
+	dead    atomic.Int64 // d entries
+	notify  chan struct{}
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Infof(string, ...any)  {}
+func (quietLogger) Errorf(string, ...any) {}
+func (quietLogger) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf("proxy spool: "+format, args...))
+}
+
+func openSpool(dir string, maxBytes int64) (*spool, error) {
+	db, err := pebble.Open(dir, &pebble.Options{Logger: quietLogger{}})
+	if err != nil {
+		return nil, fmt.Errorf("proxy: open spool %s: %w", dir, err)
+	}
+	s := &spool{db: db, max: maxBytes, notify: make(chan struct{}, 1)}
+	for _, p := range []byte{prefixQueue, prefixDead} {
+		it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte{p}, UpperBound: []byte{p + 1}})
+		if err != nil {
+			db.Close()
+			return nil, err
+		}
+		for it.First(); it.Valid(); it.Next() {
+			if seq := binary.BigEndian.Uint64(it.Key()[1:]); seq >= s.nextSeq {
+				s.nextSeq = seq + 1
+			}
+			if p == prefixQueue {
+				s.queued.Add(int64(len(it.Value())))
+				s.count.Add(1)
+			} else {
+				s.dead.Add(1)
+			}
+		}
+		if err := it.Close(); err != nil {
+			db.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+func (s *spool) Close() error { return s.db.Close() }
+
+// full reports whether the waiting facts have reached the cap.
+func (s *spool) full() bool { return s.max > 0 && s.queued.Load() >= s.max }
+
+func seqKey(p byte, seq uint64) []byte {
+	k := make([]byte, 9)
+	k[0] = p
+	binary.BigEndian.PutUint64(k[1:], seq)
+	return k
+}
+
+func attemptKey(p byte, id identity) []byte { return append([]byte{p}, id.key()...) }
+
+// pending is one fact to spool: its run and record.
+type pending struct {
+	run    string
+	record []byte
+}
+
+// commit writes facts to the queue together with an attempt's new state
+// and last sequence (seq nil: unchanged), synced.
+func (s *spool) commit(id identity, st *attemptState, seq []int32, facts []pending) error {
+	b := s.db.NewBatch()
+	defer b.Close()
+	if st != nil {
+		raw, err := json.Marshal(st)
+		if err != nil {
+			return err
+		}
+		if err := b.Set(attemptKey(prefixAttempt, id), raw, nil); err != nil {
+			return err
+		}
+	}
+	if seq != nil {
+		if err := b.Set(attemptKey(prefixSeq, id), encodeIDs(seq), nil); err != nil {
+			return err
+		}
+	}
+	var bytes int64
+	s.mu.Lock()
+	for _, f := range facts {
+		v := make([]byte, 0, len(f.run)+1+len(f.record))
+		v = append(append(append(v, f.run...), 0), f.record...)
+		if err := b.Set(seqKey(prefixQueue, s.nextSeq), v, nil); err != nil {
+			s.mu.Unlock()
+			return err
+		}
+		s.nextSeq++
+		bytes += int64(len(v))
+	}
+	// Commit under the lock so that queue order is sequence order; Pebble
+	// still groups the fsyncs of batches committed at once by others.
+	err := b.Commit(pebble.Sync)
+	s.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("proxy: spool commit: %w", err)
+	}
+	if len(facts) > 0 {
+		s.queued.Add(bytes)
+		s.count.Add(int64(len(facts)))
+		select {
+		case s.notify <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+// loadAttempt reads an attempt's state and last sequence; a new attempt
+// has neither.
+func (s *spool) loadAttempt(id identity) (*attemptState, []int32, error) {
+	st := &attemptState{}
+	v, closer, err := s.db.Get(attemptKey(prefixAttempt, id))
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+		return st, nil, nil
+	case err != nil:
+		return nil, nil, err
+	}
+	err = json.Unmarshal(v, st)
+	closer.Close()
+	if err != nil {
+		return nil, nil, fmt.Errorf("proxy: spool: attempt state of %q: %w", id.Attempt, err)
+	}
+	v, closer, err = s.db.Get(attemptKey(prefixSeq, id))
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+		return st, nil, nil
+	case err != nil:
+		return nil, nil, err
+	}
+	seq := decodeIDs(v)
+	closer.Close()
+	return st, seq, nil
+}
+
+// queued is one waiting fact as the sender reads it.
+type queuedFact struct {
+	seq    uint64
+	run    string
+	record []byte
+}
+
+// head returns up to n waiting facts of one run, oldest first, at most
+// maxBytes of records (at least one), from the oldest waiting fact on.
+func (s *spool) head(n int, maxBytes int) ([]queuedFact, error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixQueue}, UpperBound: []byte{prefixQueue + 1}})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	var out []queuedFact
+	size := 0
+	for it.First(); it.Valid() && len(out) < n; it.Next() {
+		v := it.Value()
+		i := indexByte(v, 0)
+		if i < 0 {
+			return nil, fmt.Errorf("proxy: spool entry %x has no run", it.Key())
+		}
+		run := string(v[:i])
+		if len(out) > 0 && (run != out[0].run || size+len(v)-i > maxBytes) {
+			break
+		}
+		out = append(out, queuedFact{seq: binary.BigEndian.Uint64(it.Key()[1:]), run: run, record: append([]byte(nil), v[i+1:]...)})
+		size += len(v) - i
+	}
+	return out, it.Error()
+}
+
+// done removes delivered facts. Not synced: a removal lost in a crash only
+// sends the facts again, which the ledger drops as duplicates.
+func (s *spool) done(facts []queuedFact) error {
+	b := s.db.NewBatch()
+	defer b.Close()
+	var bytes int64
+	for _, f := range facts {
+		if err := b.Delete(seqKey(prefixQueue, f.seq), nil); err != nil {
+			return err
+		}
+		bytes += int64(len(f.run) + 1 + len(f.record))
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return err
+	}
+	s.queued.Add(-bytes)
+	s.count.Add(-int64(len(facts)))
+	return nil
+}
+
+// bury moves a fact the ledger refused to the dead letters, with why: it
+// is kept, never resent, and counted in /healthz and /metrics.
+func (s *spool) bury(f queuedFact, why string) error {
+	b := s.db.NewBatch()
+	defer b.Close()
+	v := make([]byte, 0, len(f.run)+len(f.record)+len(why)+2)
+	v = append(append(append(append(append(v, f.run...), 0), f.record...), 0), why...)
+	if err := b.Set(seqKey(prefixDead, f.seq), v, nil); err != nil {
+		return err
+	}
+	if err := b.Delete(seqKey(prefixQueue, f.seq), nil); err != nil {
+		return err
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return err
+	}
+	s.queued.Add(-int64(len(f.run) + 1 + len(f.record)))
+	s.count.Add(-1)
+	s.dead.Add(1)
+	return nil
+}
+
+func indexByte(b []byte, c byte) int {
+	for i, x := range b {
+		if x == c {
+			return i
+		}
+	}
+	return -1
+}
+
+func encodeIDs(ids []int32) []byte {
+	out := make([]byte, 4*len(ids))
+	for i, id := range ids {
+		binary.LittleEndian.PutUint32(out[4*i:], uint32(id))
+	}
+	return out
+}
+
+func decodeIDs(b []byte) []int32 {
+	out := make([]int32, len(b)/4)
+	for i := range out {
+		out[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return out
+}
