@@ -17,11 +17,11 @@ import (
 type routeKind int
 
 const (
-	routeChat       routeKind = iota // POST /v1/chat/completions
-	routeCompletion                  // POST /v1/completions
-	routeLlamaNative                 // POST /completion (llama.cpp)
-	routeSGLangNative                // POST /generate (SGLang)
-	routeVLLMNative                  // POST /inference/v1/generate (vLLM)
+	routeChat         routeKind = iota // POST /v1/chat/completions
+	routeCompletion                    // POST /v1/completions
+	routeLlamaNative                   // POST /completion (llama.cpp)
+	routeSGLangNative                  // POST /generate (SGLang)
+	routeVLLMNative                    // POST /inference/v1/generate (vLLM)
 )
 
 func (k routeKind) String() string {
@@ -119,12 +119,12 @@ type asked struct {
 
 // exchange is one recorded request and what the engine answered.
 type exchange struct {
-	kind    routeKind
-	id      identity
-	req     obj
-	asked   asked
-	stream  bool
-	began   time.Time
+	kind   routeKind
+	id     identity
+	req    obj
+	asked  asked
+	stream bool
+	began  time.Time
 	// promptIDs is the prompt as ids when the client gave them (token-in).
 	clientIDs []int32
 	sampling  *events.Sampling

@@ -12,8 +12,8 @@ import (
 // sequence (prompt and completion) and the SHA-256 of that sequence's ids,
 // little-endian int32.
 type turnMark struct {
-	Turn int      `json:"turn"`
-	Len  int64    `json:"len"`
+	Turn int    `json:"turn"`
+	Len  int64  `json:"len"`
 	Hash []byte `json:"hash"`
 }
 

@@ -3,7 +3,7 @@ package proxy
 import "testing"
 
 func TestRelate(t *testing.T) {
-	seq0 := []int32{1, 2, 3, 4, 5}        // turn 0: prompt 1 2 3, completion 4 5
+	seq0 := []int32{1, 2, 3, 4, 5}          // turn 0: prompt 1 2 3, completion 4 5
 	seq1 := []int32{1, 2, 3, 4, 5, 6, 7, 8} // turn 1 extends turn 0
 	marks := []turnMark{markOf(0, seq0), markOf(1, seq1)}
 	cases := []struct {

@@ -38,10 +38,10 @@ type sender struct {
 	log      *slog.Logger
 	m        *metrics
 
-	mu       sync.Mutex
-	lastErr  string
-	lastOK   time.Time
-	refused  map[string]string // run -> the ledger's 401/403 message
+	mu      sync.Mutex
+	lastErr string
+	lastOK  time.Time
+	refused map[string]string // run -> the ledger's 401/403 message
 }
 
 func newSender(sp *spool, ledger, token string, client *http.Client, log *slog.Logger, m *metrics) *sender {
@@ -193,4 +193,3 @@ func (s *sender) send(ctx context.Context, facts []queuedFact) error {
 	}
 	return nil
 }
-

@@ -82,6 +82,7 @@ Start with: rolloutledger demo`,
 		newMigrateCmd(g), newProjectionsCmd(g),
 		newHealthcheckCmd(g),
 		newBenchCmd(g),
+		newProxyCmd(g),
 	)
 	return root
 }
