@@ -82,8 +82,16 @@ type BatchAttempt struct {
 	Reward           float64     `json:"reward"`
 	Advantage        float64     `json:"advantage"`
 	CompletionTokens int64       `json:"completion_tokens"`
-	Turns            []BatchTurn `json:"turns"`
+	// Masked, when set, says why every turn of the attempt is masked
+	// whatever its staleness (rule version 4): "refused", a turn the
+	// capture refused, so the attempt is incomplete. The attempt stays in
+	// its group's baseline.
+	Masked string      `json:"masked,omitempty"`
+	Turns  []BatchTurn `json:"turns"`
 }
+
+// MaskRefused is BatchAttempt.Masked of an attempt with a refused turn.
+const MaskRefused = "refused"
 
 // BatchTurn is a turn judged against its batch. PolicyVersion and
 // Staleness are those of its first version segment; Trained says whether
@@ -158,6 +166,10 @@ type openGroup struct {
 	Segments   [][]int64  `json:"segments"`
 	Payload    [][]bool   `json:"payload"`
 	Completion [][]int64  `json:"completion"`
+	// Shapes holds, under rule version 4, each turn's shape (nil for a
+	// turn older than turn.generated version 3); samples.go cuts whole
+	// sequences with them.
+	Shapes [][]*turnShape `json:"shapes,omitempty"`
 }
 
 // placeTrainGroup applies rules 1–7 to a completed train group: it is
@@ -203,7 +215,7 @@ func (c *applyCtx) placeTrainGroup(id string, g *groupState, kept []member, clos
 			Completed: LogPosition{Partition: c.pos.Partition, Offset: c.pos.Offset}}}
 		trained := 0
 		for i := range kept {
-			j := judge(&kept[i], &atts[i], k, cfg.MaxStaleness)
+			j := judge(&kept[i], &atts[i], k, cfg.MaxStaleness, c.rules)
 			for _, t := range j.attempt.Turns {
 				if t.Trained {
 					trained++
@@ -213,6 +225,9 @@ func (c *applyCtx) placeTrainGroup(id string, g *groupState, kept []member, clos
 			entry.Segments = append(entry.Segments, j.segments)
 			entry.Payload = append(entry.Payload, j.payload)
 			entry.Completion = append(entry.Completion, j.completion)
+			if c.rules >= 4 {
+				entry.Shapes = append(entry.Shapes, j.shapes)
+			}
 			if len(j.negative) > 0 {
 				what := fmt.Sprintf("%d turn(s)", j.negativeTurns)
 				if j.partlyNegative {
@@ -270,6 +285,7 @@ type judged struct {
 	segments   []int64
 	payload    []bool
 	completion []int64
+	shapes     []*turnShape
 	// negative lists the turns with a segment of negative staleness (the
 	// first maxListedTurns of them); negativeTurns and negativeSegments
 	// count the turns and the segments; partlyNegative says some of those
@@ -281,7 +297,11 @@ type judged struct {
 
 // judge builds an attempt's manifest entry for batch k: its turns in index
 // order, each version segment with its staleness and training flag.
-func judge(m *member, s *scored, k uint64, maxStaleness int) judged {
+//
+// Under rule version 4 an attempt with a refused turn has every turn
+// masked, and a version 3 turn that does not extend the previous turn's
+// whole sequence starts a training segment (startsSegment).
+func judge(m *member, s *scored, k uint64, maxStaleness int, rules int) judged {
 	j := judged{
 		attempt: BatchAttempt{Attempt: m.id, Score: s.score, Bonus: s.bonus, Reward: s.reward, Advantage: s.advantage,
 			CompletionTokens: s.tokens, Turns: make([]BatchTurn, 0, len(m.a.turns))},
@@ -289,14 +309,24 @@ func judge(m *member, s *scored, k uint64, maxStaleness int) judged {
 		payload:    make([]bool, 0, len(m.a.turns)),
 		completion: make([]int64, 0, len(m.a.turns)),
 	}
-	for _, t := range m.a.turns {
+	refused := false
+	if rules >= 4 {
+		for _, t := range m.a.turns {
+			refused = refused || t.refused
+		}
+		if refused {
+			j.attempt.Masked = MaskRefused
+		}
+	}
+	breaks := int64(0)
+	for ti, t := range m.a.turns {
 		bt := BatchTurn{Turn: t.turn, PolicyVersion: t.version, Staleness: int64(k-1) - t.version,
 			Partition: t.partition, Offset: t.offset}
 		negative := 0
 		segs := t.segments()
 		for _, vs := range segs {
 			st := int64(k-1) - vs.PolicyVersion
-			trains := st >= 0 && st <= int64(maxStaleness)
+			trains := st >= 0 && st <= int64(maxStaleness) && !refused
 			bt.Trained = bt.Trained || trains
 			if st < 0 {
 				negative++
@@ -314,12 +344,45 @@ func judge(m *member, s *scored, k uint64, maxStaleness int) judged {
 			}
 		}
 		j.attempt.Turns = append(j.attempt.Turns, bt)
-		// Compactions strictly before this turn's index.
-		j.segments = append(j.segments, int64(sort.Search(len(m.a.compactions), func(i int) bool { return m.a.compactions[i] >= t.turn })))
+		// Compactions strictly before this turn's index, and under rule
+		// version 4 the turns since the first that start a segment of
+		// their own where no compaction already did.
+		compacted := int64(sort.Search(len(m.a.compactions), func(i int) bool { return m.a.compactions[i] >= t.turn }))
+		if rules >= 4 && ti > 0 {
+			prev := &m.a.turns[ti-1]
+			before := int64(sort.Search(len(m.a.compactions), func(i int) bool { return m.a.compactions[i] >= prev.turn }))
+			if compacted == before && startsSegment(prev, &t) {
+				breaks++
+			}
+		}
+		j.segments = append(j.segments, compacted+breaks)
+		if rules >= 4 {
+			j.shapes = append(j.shapes, t.shape)
+		}
 		j.payload = append(j.payload, t.payload)
 		j.completion = append(j.completion, t.completion)
 	}
 	return j
+}
+
+// startsSegment reports whether the version 3 turn t starts a training
+// segment after prev, the attempt's previous turn (rule version 4): it has
+// no parent (its context was rewritten, as by a compaction), or its parent
+// is not prev (a branch), or its prompt does not extend prev's whole
+// sequence (a divergence, or a prefix shorter than prev's prompt and
+// completion). An older turn never does: its observation tokens are only
+// what was appended.
+func startsSegment(prev, t *turnMeta) bool {
+	sh := t.shape
+	switch {
+	case sh == nil:
+		return false
+	case sh.Parent < 0 || sh.Parent != prev.turn || sh.Diverged:
+		return true
+	case prev.shape != nil && sh.Prefix != prev.shape.Prompt+prev.completion:
+		return true
+	}
+	return false
 }
 
 // seal closes batch k = sealed+1 at the current record.
@@ -357,7 +420,7 @@ func (c *applyCtx) seal() error {
 	}
 
 	m := Manifest{
-		Run: c.run, Seq: k, TrainerVersion: k - 1, RuleVersion: RuleVersion, Config: cfg,
+		Run: c.run, Seq: k, TrainerVersion: k - 1, RuleVersion: c.rules, Config: cfg,
 		Watermark: LogPosition{Partition: c.pos.Partition, Offset: c.pos.Offset},
 		Tree:      c.tree.Head(),
 		Groups:    make([]BatchGroup, len(entries)),

@@ -25,7 +25,25 @@ import (
 // version (testdata/golden/ruleset-vN.json); a record read from a
 // partition its run does not map to is not folded but a misrouted finding
 // (misrouted.go).
-const RuleVersion = 3
+//
+// Version 4: whole sequences for trainers (§6.8, §6.9). A version 3
+// turn.generated (one a recording proxy writes) starts a new training
+// segment when it has no parent and is not its attempt's first turn, or
+// when it does not extend the previous turn's whole sequence (a branch, or
+// a divergence); the segment's sample begins with the parent chain's
+// shared prefix, loss-masked. Every turn of an attempt with a refused turn
+// is masked (masked "refused"). Samples carry each token's sampling
+// temperature, which changes their canonical binary form and so the
+// batch digest.
+const RuleVersion = 4
+
+// MinRuleVersion is the oldest rule version this build still folds, for
+// replays of runs sealed under it (FoldOptions.RuleVersion).
+const MinRuleVersion = 3
+
+// SupportsRuleVersion reports whether this build can fold a run under
+// rule version v.
+func SupportsRuleVersion(v int) bool { return v >= MinRuleVersion && v <= RuleVersion }
 
 // The decision kinds the fold concludes.
 const (

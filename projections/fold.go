@@ -67,6 +67,7 @@ var ErrWrongRun = errors.New("projections: record of another run")
 // A Fold is used by one goroutine at a time.
 type Fold struct {
 	run      string
+	rules    int // the rule version folded under
 	override func(*events.Config)
 	recorded *events.Config
 	cache    treeCache
@@ -81,7 +82,7 @@ type Fold struct {
 func (f *Fold) Repeat() bool { return f.repeat }
 
 // NewFold returns the fold of run.
-func NewFold(run string) *Fold { return &Fold{run: run} }
+func NewFold(run string) *Fold { return &Fold{run: run, rules: RuleVersion} }
 
 // FoldOptions change what a fold concludes; the projector uses none.
 type FoldOptions struct {
@@ -98,12 +99,24 @@ type FoldOptions struct {
 	// recorded configuration that contradicts the run's own shows as a
 	// differing manifest.
 	Recorded *events.Config
+	// RuleVersion, when set, is the rule version to fold under: that of
+	// the run's recorded decisions, so a replay of a run sealed under
+	// older rules concludes what they concluded (docs/design.md §6.9).
+	// It must satisfy SupportsRuleVersion; 0 means RuleVersion.
+	RuleVersion int
 }
 
 // NewFoldWith returns the fold of run with options.
 func NewFoldWith(run string, o FoldOptions) *Fold {
-	return &Fold{run: run, override: o.Config, recorded: o.Recorded}
+	rules := o.RuleVersion
+	if rules == 0 {
+		rules = RuleVersion
+	}
+	return &Fold{run: run, override: o.Config, recorded: o.Recorded, rules: rules}
 }
+
+// RuleVersion is the rule version the fold applies.
+func (f *Fold) RuleVersion() int { return f.rules }
 
 // Run is the run the fold applies.
 func (f *Fold) Run() string { return f.run }
@@ -120,6 +133,9 @@ func (f *Fold) Run() string { return f.run }
 // An error leaves s partly written: discard the writes (the projector drops
 // its batch) and do not apply later records to it.
 func (f *Fold) Apply(s Store, r Record) ([]Decision, error) {
+	if !SupportsRuleVersion(f.rules) {
+		return nil, fmt.Errorf("projections: rule version %d is not implemented by this build (%d to %d are)", f.rules, MinRuleVersion, RuleVersion)
+	}
 	ev, value := r.Event, r.Value
 	var decodeErr error
 	switch {
@@ -146,7 +162,7 @@ func (f *Fold) Apply(s Store, r Record) ([]Decision, error) {
 		dg = HashValue(value)
 	}
 	f.repeat = false
-	c := &applyCtx{run: f.run, s: s, ev: ev, override: f.override, recorded: f.recorded, cache: &f.cache, digests: &dg, repeat: &f.repeat}
+	c := &applyCtx{run: f.run, rules: f.rules, s: s, ev: ev, override: f.override, recorded: f.recorded, cache: &f.cache, digests: &dg, repeat: &f.repeat}
 	if err := c.loadHeader(); err != nil {
 		return nil, err
 	}
@@ -192,7 +208,8 @@ func FoldAll(run string, recs []Record) ([]Decision, error) {
 // applyCtx is the working set of one Apply: the header, the position of the
 // record, and the decisions reached so far.
 type applyCtx struct {
-	run string
+	run   string
+	rules int // the rule version
 	s   Store
 	h   header
 	pos FactPosition
@@ -243,7 +260,7 @@ func (c *applyCtx) apply(value []byte) error {
 		return c.groupClosed(d)
 	case *events.GradientApplied:
 		return c.gradientApplied(d)
-	case *events.ToolCalled, *events.PolicyPublished:
+	case *events.ToolCalled, *events.PolicyPublished, *events.VocabularyRegistered:
 		// Inputs of the audit and analyst projections, not of decisions:
 		// staleness is measured against the batch's step, not against
 		// what was published when.
@@ -366,7 +383,7 @@ func (c *applyCtx) emit(kind events.Type, seq uint64, data any, samples []byte) 
 	id := events.DecisionID(c.run, kind, seq)
 	v, err := events.CanonicalJSON(Envelope{
 		ID: id, Run: c.run, Type: kind, V: DecisionSchemaVersion, Source: DecisionSource,
-		RuleVersion: RuleVersion, Fact: c.pos, Data: d,
+		RuleVersion: c.rules, Fact: c.pos, Data: d,
 	})
 	if err != nil {
 		return fmt.Errorf("projections: encode %s: %w", kind, err)

@@ -108,7 +108,21 @@ func (c *applyCtx) turnGenerated(d *events.TurnGenerated) error {
 		payload: len(d.ObservationTokenIDs) > 0 || len(d.TokenIDs) > 0,
 	}
 	if len(d.VersionSegments) > 1 {
-		m.later = slices.Clone(d.VersionSegments[1:])
+		m.later = make([]events.VersionSegment, len(d.VersionSegments)-1)
+		for i, vs := range d.VersionSegments[1:] {
+			// How a version was known does not change a rule.
+			m.later[i] = events.VersionSegment{Start: vs.Start, PolicyVersion: vs.PolicyVersion}
+		}
+	}
+	if c.ev.V >= 3 {
+		m.shape = &turnShape{Parent: -1, Prefix: d.PrefixTokens, Prompt: d.PromptTokens, Diverged: d.Diverged != nil, Temperature: 1}
+		if d.Parent != nil {
+			m.shape.Parent = int64(*d.Parent)
+		}
+		if temp, ok := d.Temperature(); ok {
+			m.shape.Temperature = float32(temp)
+		}
+		m.refused = d.HasTag(events.TagRefused)
 	}
 	if m.payload && !a.started {
 		// The worker writes attempt.started before its turns, so only a

@@ -1,11 +1,13 @@
 package projections
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"unicode/utf8"
 
@@ -23,6 +25,20 @@ import (
 // exactly when that segment trains. A turn without inline tokens
 // contributes nothing, and a segment without tokens is still a sample.
 //
+// Whole sequences (rule version 4). A version 3 turn's observation tokens
+// are its new prompt tokens: the whole prompt of a turn without a parent,
+// so the sample of the segment it starts begins at the first prompt
+// token. A segment that begins with a turn that has a parent (a branch,
+// or a divergence: see startsSegment in batch.go) begins with the first
+// prefix_tokens tokens of the parent's own sequence, rebuilt along the
+// chain of parents from their stored tokens, each with its turn's
+// log-prob, policy version and temperature and loss mask 0, then the
+// turn's new tokens: every sample is a token sequence the engine saw.
+// (A parent whose tokens the log lacks leaves its part out.) Each token
+// carries the sampling temperature of the turn it belongs to, 1 where the
+// turn does not say (turns before version 3, and those without sampling):
+// the engines' default, which leaves logits as they are.
+//
 // The samples are kept, digested and stored in one canonical binary form,
 // every number little-endian:
 //
@@ -31,11 +47,13 @@ import (
 //	  u32 length, then that many bytes: the attempt id (UTF-8)
 //	  i64 segment
 //	  f64 advantage (IEEE 754 bits)
-//	  u64 n, the number of tokens
+//	  u64 n, the number of tokens, with bit 63 set when the sample
+//	      carries temperatures (rule version 4 on)
 //	  n × i32 token ids
 //	  n × u8  loss mask (0 or 1)
 //	  n × f32 rollout log-probs (IEEE 754 bits)
 //	  n × i64 policy versions
+//	  n × f32 temperatures (IEEE 754 bits), when bit 63 of n is set
 //
 // NDJSON and Arrow IPC are renderings of it for people and trainers; the
 // digest does not depend on the transfer format.
@@ -49,7 +67,10 @@ type Sample struct {
 	LossMask        []uint8
 	RolloutLogprobs []float32
 	PolicyVersions  []int64
-	Advantage       float64
+	// Temperatures is each token's sampling temperature; nil in a sample
+	// of the form before rule version 4, which has none.
+	Temperatures []float32
+	Advantage    float64
 }
 
 // sampleFixed is the size of a sample's fixed fields: the two lengths,
@@ -57,22 +78,30 @@ type Sample struct {
 const sampleFixed = 4 + 4 + 8 + 8 + 8
 
 // bytesPerToken is the size of one token in the canonical form: id, mask,
-// log-prob, version.
-const bytesPerToken = 4 + 1 + 4 + 8
+// log-prob, version; bytesPerTokenT with its temperature.
+const (
+	bytesPerToken  = 4 + 1 + 4 + 8
+	bytesPerTokenT = bytesPerToken + 4
+)
+
+// withTemperatures is the bit of a sample's token count that says the
+// sample carries temperatures.
+const withTemperatures = uint64(1) << 63
 
 // ErrMalformedSamples is wrapped by every error about bytes that are not
 // canonical binary samples.
 var ErrMalformedSamples = errors.New("projections: malformed samples")
 
 // AppendSample appends the canonical binary form of s to b. The four arrays
-// must have equal lengths.
+// must have equal lengths, and so must Temperatures unless it is nil.
 func AppendSample(b []byte, s *Sample) ([]byte, error) {
 	n := len(s.TokenIDs)
-	if len(s.LossMask) != n || len(s.RolloutLogprobs) != n || len(s.PolicyVersions) != n {
-		return b, fmt.Errorf("%w: sample of %s segment %d has %d token ids, %d mask values, %d log-probs and %d versions",
-			ErrMalformedSamples, s.Attempt, s.Segment, n, len(s.LossMask), len(s.RolloutLogprobs), len(s.PolicyVersions))
+	if len(s.LossMask) != n || len(s.RolloutLogprobs) != n || len(s.PolicyVersions) != n ||
+		s.Temperatures != nil && len(s.Temperatures) != n {
+		return b, fmt.Errorf("%w: sample of %s segment %d has %d token ids, %d mask values, %d log-probs, %d versions and %d temperatures",
+			ErrMalformedSamples, s.Attempt, s.Segment, n, len(s.LossMask), len(s.RolloutLogprobs), len(s.PolicyVersions), len(s.Temperatures))
 	}
-	b = appendSampleHeader(b, s.Group, s.Attempt, s.Segment, s.Advantage, n)
+	b = appendSampleHeader(b, s.Group, s.Attempt, s.Segment, s.Advantage, n, s.Temperatures != nil)
 	for _, v := range s.TokenIDs {
 		b = binary.LittleEndian.AppendUint32(b, uint32(v))
 	}
@@ -83,17 +112,24 @@ func AppendSample(b []byte, s *Sample) ([]byte, error) {
 	for _, v := range s.PolicyVersions {
 		b = binary.LittleEndian.AppendUint64(b, uint64(v))
 	}
+	for _, v := range s.Temperatures {
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
+	}
 	return b, nil
 }
 
-func appendSampleHeader(b []byte, group, attempt string, segment int64, advantage float64, n int) []byte {
+func appendSampleHeader(b []byte, group, attempt string, segment int64, advantage float64, n int, temps bool) []byte {
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(group)))
 	b = append(b, group...)
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(attempt)))
 	b = append(b, attempt...)
 	b = binary.LittleEndian.AppendUint64(b, uint64(segment))
 	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(advantage))
-	return binary.LittleEndian.AppendUint64(b, uint64(n))
+	w := uint64(n)
+	if temps {
+		w |= withTemperatures
+	}
+	return binary.LittleEndian.AppendUint64(b, w)
 }
 
 // SampleView is one sample of a canonical binary form, read in place: the
@@ -105,8 +141,18 @@ type SampleView struct {
 	// Len is the number of tokens.
 	Len int
 	// TokenIDs holds Len int32, LossMask Len bytes, Logprobs Len float32,
-	// PolicyVersions Len int64.
-	TokenIDs, LossMask, Logprobs, PolicyVersions []byte
+	// PolicyVersions Len int64, Temperatures Len float32 (nil in the form
+	// before rule version 4).
+	TokenIDs, LossMask, Logprobs, PolicyVersions, Temperatures []byte
+}
+
+// Temperature is the sampling temperature of the i-th token: 1 in a
+// sample of the form that has none.
+func (v *SampleView) Temperature(i int) float32 {
+	if v.Temperatures == nil {
+		return 1
+	}
+	return math.Float32frombits(binary.LittleEndian.Uint32(v.Temperatures[4*i:]))
 }
 
 // TokenID is the i-th token id.
@@ -129,6 +175,12 @@ func (v *SampleView) Sample() Sample {
 		RolloutLogprobs: make([]float32, v.Len), PolicyVersions: make([]int64, v.Len)}
 	for i := range v.Len {
 		s.TokenIDs[i], s.RolloutLogprobs[i], s.PolicyVersions[i] = v.TokenID(i), v.Logprob(i), v.PolicyVersion(i)
+	}
+	if v.Temperatures != nil {
+		s.Temperatures = make([]float32, v.Len)
+		for i := range v.Len {
+			s.Temperatures[i] = v.Temperature(i)
+		}
 	}
 	return s
 }
@@ -192,7 +244,12 @@ func (r *SampleReader) Next() bool {
 	r.v.Advantage = math.Float64frombits(binary.LittleEndian.Uint64(rest[8:]))
 	n := binary.LittleEndian.Uint64(rest[16:])
 	rest = rest[24:]
-	if n > uint64(len(rest))/bytesPerToken {
+	per, temps := uint64(bytesPerToken), n&withTemperatures != 0
+	if temps {
+		n &^= withTemperatures
+		per = bytesPerTokenT
+	}
+	if n > uint64(len(rest))/per {
 		return fail("%d tokens overrun the %d bytes left", n, len(rest))
 	}
 	r.v.Len = int(n)
@@ -202,6 +259,10 @@ func (r *SampleReader) Next() bool {
 		return s
 	}
 	r.v.TokenIDs, r.v.LossMask, r.v.Logprobs, r.v.PolicyVersions = cut(4), cut(1), cut(4), cut(8)
+	r.v.Temperatures = nil
+	if temps {
+		r.v.Temperatures = cut(4)
+	}
 	r.off = len(r.b) - len(rest)
 	r.n++
 	return true
@@ -243,11 +304,17 @@ func CountSamples(b []byte) (samples, tokens int, err error) {
 // tokens go from the stored payloads to the form as bytes: both are
 // little-endian words.
 func (c *applyCtx) materialize(entries []openGroup) ([]byte, error) {
-	// Sized exactly, from the stored payloads' token counts (the reads
-	// are served again from the fold's window when the samples are
-	// written), so that a batch of millions of tokens is never copied
-	// into a larger buffer as it grows: the completion tokens the entry
-	// records leave out each turn's observation tokens.
+	// Sized from the stored payloads' token counts (the reads are served
+	// again from the fold's window when the samples are written), so that
+	// a batch of millions of tokens is rarely copied into a larger buffer
+	// as it grows: the completion tokens the entry records leave out each
+	// turn's observation tokens. A copied prefix is counted at its
+	// recorded length.
+	temps := c.rules >= 4
+	per := bytesPerToken
+	if temps {
+		per = bytesPerTokenT
+	}
 	size := 0
 	for _, e := range entries {
 		for ai, a := range e.Group.Attempts {
@@ -265,7 +332,10 @@ func (c *applyCtx) materialize(entries []openGroup) ([]byte, error) {
 				if err != nil {
 					return nil, err
 				}
-				size += bytesPerToken * n
+				size += per * n
+				if sh := e.shape(ai, t); sh != nil && sh.Parent >= 0 && (t == 0 || segs[t] != segs[t-1]) {
+					size += per * int(sh.Prefix)
+				}
 			}
 		}
 	}
@@ -278,36 +348,168 @@ func (c *applyCtx) materialize(entries []openGroup) ([]byte, error) {
 			if len(segs) > 0 {
 				last = segs[len(segs)-1]
 			}
+			at := attemptTurns{c: c, e: &e, ai: ai, a: &a, temps: temps}
 			t := 0
 			for seg := int64(0); seg <= last; seg++ {
 				col.reset()
+				first := true
 				for ; t < len(a.Turns) && segs[t] == seg; t++ {
 					if !pay[t] {
 						continue
 					}
-					if err := c.appendTurn(&col, a.Attempt, &a.Turns[t]); err != nil {
+					if first {
+						// A segment begins with its first turn's prefix.
+						if sh := e.shape(ai, t); sh != nil && sh.Parent >= 0 {
+							if err := at.appendParentPrefix(&col, t, sh.Prefix); err != nil {
+								return nil, err
+							}
+						}
+						first = false
+					}
+					if err := at.appendTurn(&col, t, 0, -1, false); err != nil {
 						return nil, err
 					}
 				}
 				n := len(col.mask)
-				out = appendSampleHeader(out, e.Group.Group, a.Attempt, seg, a.Advantage, n)
+				out = appendSampleHeader(out, e.Group.Group, a.Attempt, seg, a.Advantage, n, temps)
 				out = append(out, col.ids...)
 				out = append(out, col.mask...)
 				out = append(out, col.logprobs...)
 				out = append(out, col.versions...)
+				if temps {
+					out = append(out, col.temps...)
+				}
 			}
 		}
 	}
 	return out, nil
 }
 
+// shape is the shape of turn t of attempt ai, nil when the entry has none.
+func (e *openGroup) shape(ai, t int) *turnShape {
+	if ai >= len(e.Shapes) || t >= len(e.Shapes[ai]) {
+		return nil
+	}
+	return e.Shapes[ai][t]
+}
+
+// attemptTurns reads the turns of one attempt of an open group for its
+// samples.
+type attemptTurns struct {
+	c     *applyCtx
+	e     *openGroup
+	ai    int
+	a     *BatchAttempt
+	temps bool
+}
+
+// appendParentPrefix appends the first n tokens of the sequence of turn
+// t's parent: the parent's own parent prefix, then its observation and
+// completion tokens, all loss-masked. A parent the attempt lacks, or one
+// without stored tokens, contributes nothing.
+func (at *attemptTurns) appendParentPrefix(s *sampleColumns, t int, n int64) error {
+	sh := at.e.shape(at.ai, t)
+	if sh == nil || sh.Parent < 0 || n <= 0 {
+		return nil
+	}
+	p, ok := slices.BinarySearchFunc(at.a.Turns[:t], sh.Parent, func(bt BatchTurn, turn int64) int { return cmp.Compare(bt.Turn, turn) })
+	if !ok || p >= len(at.e.Payload[at.ai]) || !at.e.Payload[at.ai][p] {
+		return nil
+	}
+	return at.appendSequence(s, p, n)
+}
+
+// appendSequence appends the first n tokens of turn p's whole sequence,
+// loss-masked: its parent's prefix_tokens, then its own tokens.
+func (at *attemptTurns) appendSequence(s *sampleColumns, p int, n int64) error {
+	var inherited int64
+	if sh := at.e.shape(at.ai, p); sh != nil && sh.Parent >= 0 {
+		inherited = min(n, sh.Prefix)
+		if err := at.appendParentPrefix(s, p, inherited); err != nil {
+			return err
+		}
+	}
+	if n -= inherited; n <= 0 {
+		return nil
+	}
+	return at.appendTurn(s, p, 0, int(n), true)
+}
+
+// appendTurn appends tokens [from, to) of turn t's own tokens, its
+// observation tokens and then its completion tokens (to < 0: all of
+// them); masked forces loss mask 0.
+func (at *attemptTurns) appendTurn(s *sampleColumns, t int, from, to int, masked bool) error {
+	bt := &at.a.Turns[t]
+	obs, toks, lps, err := at.c.turnPayload(at.a.Attempt, bt.Turn)
+	if err != nil {
+		return err
+	}
+	temp := float32(1)
+	if sh := at.e.shape(at.ai, t); sh != nil {
+		temp = sh.Temperature
+	}
+	nObs, nTok := len(obs)/4, len(toks)/4
+	if to < 0 || to > nObs+nTok {
+		to = nObs + nTok
+	}
+	if from >= to {
+		return nil
+	}
+	// Observation tokens [from, min(to, nObs)).
+	if oTo := min(to, nObs); from < oTo {
+		k := oTo - from
+		s.ids = append(s.ids, obs[4*from:4*oTo]...)
+		s.mask = append(s.mask, make([]byte, k)...)
+		s.logprobs = append(s.logprobs, make([]byte, 4*k)...)
+		s.fillVersion(bt.PolicyVersion, k)
+		if at.temps {
+			s.fillTemperature(temp, k)
+		}
+	}
+	// Completion tokens [cFrom, cTo).
+	cFrom, cTo := max(from-nObs, 0), to-nObs
+	if cFrom >= cTo {
+		return nil
+	}
+	s.ids = append(s.ids, toks[4*cFrom:4*cTo]...)
+	// Log-probs come with the token ids (the catalogue checks both have
+	// completion_tokens values); a turn without them reads as zeros.
+	lps = lps[:min(len(lps), len(toks))]
+	have := min(max(len(lps)/4-cFrom, 0), cTo-cFrom)
+	if have > 0 {
+		s.logprobs = append(s.logprobs, lps[4*cFrom:4*(cFrom+have)]...)
+	}
+	s.logprobs = append(s.logprobs, make([]byte, 4*(cTo-cFrom-have))...)
+	segs := bt.judgedSegments()
+	for i, vs := range segs {
+		lo, hi := int(min(vs.Start, int64(nTok))), nTok
+		if i+1 < len(segs) {
+			hi = int(min(segs[i+1].Start, int64(nTok)))
+		}
+		lo, hi = max(lo, cFrom), min(hi, cTo)
+		if lo >= hi {
+			continue
+		}
+		mask := uint8(0)
+		if vs.Trained && !masked {
+			mask = 1
+		}
+		s.fillMask(mask, hi-lo)
+		s.fillVersion(vs.PolicyVersion, hi-lo)
+	}
+	if at.temps {
+		s.fillTemperature(temp, cTo-cFrom)
+	}
+	return nil
+}
+
 // sampleColumns gathers one sample's arrays in their canonical bytes.
 type sampleColumns struct {
-	ids, mask, logprobs, versions []byte
+	ids, mask, logprobs, versions, temps []byte
 }
 
 func (s *sampleColumns) reset() {
-	s.ids, s.mask, s.logprobs, s.versions = s.ids[:0], s.mask[:0], s.logprobs[:0], s.versions[:0]
+	s.ids, s.mask, s.logprobs, s.versions, s.temps = s.ids[:0], s.mask[:0], s.logprobs[:0], s.versions[:0], s.temps[:0]
 }
 
 // fillVersion appends n copies of v to the versions, by doubling.
@@ -320,6 +522,20 @@ func (s *sampleColumns) fillVersion(v int64, n int) {
 	for written := 1; written < n; {
 		k := min(written, n-written)
 		s.versions = append(s.versions, s.versions[start:start+8*k]...)
+		written += k
+	}
+}
+
+// fillTemperature appends n copies of t to the temperatures, by doubling.
+func (s *sampleColumns) fillTemperature(t float32, n int) {
+	if n <= 0 {
+		return
+	}
+	start := len(s.temps)
+	s.temps = binary.LittleEndian.AppendUint32(s.temps, math.Float32bits(t))
+	for written := 1; written < n; {
+		k := min(written, n-written)
+		s.temps = append(s.temps, s.temps[start:start+4*k]...)
 		written += k
 	}
 }
@@ -354,43 +570,12 @@ func (c *applyCtx) payloadTokens(attempt string, turn int64) (int, error) {
 	return (len(obs) + len(toks)) / 4, err
 }
 
-func (c *applyCtx) appendTurn(s *sampleColumns, attempt string, t *BatchTurn) error {
-	obs, toks, lps, err := c.turnPayload(attempt, t.Turn)
-	if err != nil {
-		return err
-	}
-	nObs, nTok := len(obs)/4, len(toks)/4
-	s.ids = append(s.ids, obs...)
-	s.mask = append(s.mask, make([]byte, nObs)...)
-	s.logprobs = append(s.logprobs, make([]byte, 4*nObs)...)
-	s.fillVersion(t.PolicyVersion, nObs)
-
-	s.ids = append(s.ids, toks...)
-	// Log-probs come with the token ids (the catalogue checks both have
-	// completion_tokens values); a turn without them reads as zeros.
-	lps = lps[:min(len(lps), len(toks))]
-	s.logprobs = append(s.logprobs, lps...)
-	s.logprobs = append(s.logprobs, make([]byte, len(toks)-len(lps))...)
-	segs := t.judgedSegments()
-	for i, vs := range segs {
-		from, to := int(min(vs.Start, int64(nTok))), nTok
-		if i+1 < len(segs) {
-			to = int(min(segs[i+1].Start, int64(nTok)))
-		}
-		mask := uint8(0)
-		if vs.Trained {
-			mask = 1
-		}
-		s.fillMask(mask, to-from)
-		s.fillVersion(vs.PolicyVersion, to-from)
-	}
-	return nil
-}
-
 // AppendNDJSON appends the sample as one line of NDJSON, ending in "\n":
 // the members group, attempt, segment, token_ids, loss_mask,
-// rollout_logprobs, policy_versions and advantage, numbers written as
-// encoding/json writes them (log-probs as float32).
+// rollout_logprobs, policy_versions, temperatures (only for a sample of
+// the form that carries them, rule version 4 on) and advantage, numbers
+// written as encoding/json writes them (log-probs and temperatures as
+// float32).
 func (v *SampleView) AppendNDJSON(b []byte) ([]byte, error) {
 	group, err := events.CanonicalJSON(string(v.Group))
 	if err != nil {
@@ -435,6 +620,17 @@ func (v *SampleView) AppendNDJSON(b []byte) ([]byte, error) {
 			b = append(b, ',')
 		}
 		b = strconv.AppendInt(b, v.PolicyVersion(i), 10)
+	}
+	if v.Temperatures != nil {
+		b = append(b, `],"temperatures":[`...)
+		for i := range v.Len {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			if b, err = appendJSONFloat(b, float64(v.Temperature(i)), 32); err != nil {
+				return nil, err
+			}
+		}
 	}
 	b = append(b, `],"advantage":`...)
 	if b, err = appendJSONFloat(b, v.Advantage, 64); err != nil {

@@ -183,6 +183,24 @@ type turnMeta struct {
 	partition  int32
 	offset     int64
 	payload    bool // inline tokens stored under turnKey
+	// shape is how a version 3 turn's tokens extend the attempt's earlier
+	// ones (nil for older turns); refused says it carries the refused tag.
+	shape   *turnShape
+	refused bool
+}
+
+// turnShape is what rule version 4 reads of a version 3 turn to cut whole
+// sequences (samples.go).
+type turnShape struct {
+	// Parent is the parent turn's index, -1 without one; Prefix the prompt
+	// tokens shared with it; Prompt the turn's prompt tokens.
+	Parent int64 `json:"parent"`
+	Prefix int64 `json:"prefix"`
+	Prompt int64 `json:"prompt"`
+	// Diverged says the turn records a divergence from an earlier turn.
+	Diverged bool `json:"diverged,omitempty"`
+	// Temperature is the turn's sampling temperature, 1 when not known.
+	Temperature float32 `json:"temperature"`
 }
 
 // segments is the turn's version segments, the first included.
@@ -205,6 +223,8 @@ func (t *turnMeta) lastVersion() int64 {
 const (
 	turnPayload  = 1 << iota // inline tokens stored under turnKey
 	turnSegments             // the segments after the first follow
+	turnShaped               // a version 3 turn's shape follows
+	turnRefused              // the turn carries the refused tag
 )
 
 // attemptState is everything known about an attempt, whether or not its
@@ -289,6 +309,12 @@ func (a *attemptState) encode() []byte {
 		if len(t.later) > 0 {
 			flags |= turnSegments
 		}
+		if t.shape != nil {
+			flags |= turnShaped
+		}
+		if t.refused {
+			flags |= turnRefused
+		}
 		w.byte(flags)
 		if len(t.later) > 0 {
 			w.uvarint(uint64(len(t.later)))
@@ -296,6 +322,13 @@ func (a *attemptState) encode() []byte {
 				w.varint(s.Start)
 				w.varint(s.PolicyVersion)
 			}
+		}
+		if sh := t.shape; sh != nil {
+			w.varint(sh.Parent)
+			w.varint(sh.Prefix)
+			w.varint(sh.Prompt)
+			w.bool(sh.Diverged)
+			w.b = binary.LittleEndian.AppendUint32(w.b, math.Float32bits(sh.Temperature))
 		}
 	}
 	w.uvarint(uint64(len(a.compactions)))
@@ -325,16 +358,21 @@ func decodeAttempt(b []byte) (attemptState, error) {
 		t.partition = int32(r.varint())
 		t.offset = r.varint()
 		flags := r.byte()
-		if flags&^(turnPayload|turnSegments) != 0 {
+		if flags&^(turnPayload|turnSegments|turnShaped|turnRefused) != 0 {
 			r.fail()
 		}
 		t.payload = flags&turnPayload != 0
+		t.refused = flags&turnRefused != 0
 		if flags&turnSegments != 0 {
 			m := r.count()
 			t.later = make([]events.VersionSegment, 0, m)
 			for range m {
 				t.later = append(t.later, events.VersionSegment{Start: r.varint(), PolicyVersion: r.varint()})
 			}
+		}
+		if flags&turnShaped != 0 {
+			t.shape = &turnShape{Parent: r.varint(), Prefix: r.varint(), Prompt: r.varint(), Diverged: r.bool()}
+			t.shape.Temperature = math.Float32frombits(r.uint32())
 		}
 		a.turns = append(a.turns, t)
 	}
@@ -428,6 +466,16 @@ func (r *rbuf) byte() uint8 {
 }
 
 func (r *rbuf) bool() bool { return r.byte() == 1 }
+
+func (r *rbuf) uint32() uint32 {
+	if len(r.b) < 4 {
+		r.fail()
+		return 0
+	}
+	v := binary.LittleEndian.Uint32(r.b)
+	r.b = r.b[4:]
+	return v
+}
 
 func (r *rbuf) uvarint() uint64 {
 	v, n := binary.Uvarint(r.b)
