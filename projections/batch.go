@@ -76,12 +76,12 @@ type BatchGroup struct {
 
 // BatchAttempt is an included attempt, with its reward arithmetic.
 type BatchAttempt struct {
-	Attempt          string      `json:"attempt"`
-	Score            float64     `json:"score"`
-	Bonus            float64     `json:"bonus"`
-	Reward           float64     `json:"reward"`
-	Advantage        float64     `json:"advantage"`
-	CompletionTokens int64       `json:"completion_tokens"`
+	Attempt          string  `json:"attempt"`
+	Score            float64 `json:"score"`
+	Bonus            float64 `json:"bonus"`
+	Reward           float64 `json:"reward"`
+	Advantage        float64 `json:"advantage"`
+	CompletionTokens int64   `json:"completion_tokens"`
 	// Masked, when set, says why every turn of the attempt is masked
 	// whatever its staleness (rule version 4): "refused", a turn the
 	// capture refused, so the attempt is incomplete. The attempt stays in

@@ -210,12 +210,12 @@ func FoldAll(run string, recs []Record) ([]Decision, error) {
 type applyCtx struct {
 	run   string
 	rules int // the rule version
-	s   Store
-	h   header
-	pos FactPosition
-	ev  events.Event
-	cfg *events.Config
-	out []Decision
+	s     Store
+	h     header
+	pos   FactPosition
+	ev    events.Event
+	cfg   *events.Config
+	out   []Decision
 	// tree is the fact tree with this record appended.
 	tree *Tree
 	// override adjusts the run's config, recorded replaces the defaults
