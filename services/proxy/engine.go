@@ -40,9 +40,21 @@ func prepare(engine string, ex *exchange) error {
 				return badRequest("bad_request", "a chat completion needs messages")
 			}
 			ex.asked.logprobs = o.bool("logprobs")
-			if !ex.asked.logprobs {
+			switch {
+			case engine == EngineLlamaCPP && ex.stream && o.has("tools"):
+				// llama.cpp refuses log-probs on a streamed request with
+				// tools (400): such a turn is recorded without ids, tagged.
+			case !ex.asked.logprobs && engine == EngineLlamaCPP:
+				// llama.cpp returns no log-probs at all for top_logprobs 0.
+				o.set("logprobs", true)
+				o.set("top_logprobs", 1)
+			case !ex.asked.logprobs:
 				o.set("logprobs", true)
 				o.set("top_logprobs", 0)
+			case engine == EngineLlamaCPP:
+				if n, ok := o.int("top_logprobs"); !ok || n == 0 {
+					o.set("top_logprobs", 1)
+				}
 			}
 		} else {
 			if !o.has("prompt") {

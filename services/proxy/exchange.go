@@ -132,6 +132,12 @@ type exchange struct {
 	cap capture
 }
 
+func newExchange(kind routeKind, id identity, req obj, began time.Time) *exchange {
+	ex := &exchange{kind: kind, id: id, req: req, began: began}
+	ex.cap.lastVersion = -1
+	return ex
+}
+
 // capture is what the engine's answer says about the turn.
 type capture struct {
 	promptIDs     []int32
@@ -149,7 +155,8 @@ type capture struct {
 	finish        string
 	toolCalls     []*toolCall
 	tags          []string
-	engineVersion []events.VersionSegment // versions the engine reported
+	engineVersion []events.VersionSegment // versions the engine reported, per span
+	lastVersion   int64                   // the engine's version of the last token, -1 unknown
 	model         string
 	// logprob entries seen in a stream, and ids seen, for the length check
 	entries int

@@ -124,13 +124,38 @@ func (c *capture) readSGLangNative(o obj, cumulative bool) {
 	if fr := mi.obj("finish_reason"); fr != nil {
 		c.finish = finishOf(fr.str("type"))
 	}
-	if v, ok := mi.int("weight_version"); ok {
-		c.engineVersion = []events.VersionSegment{{Start: 0, PolicyVersion: v, Known: events.KnownEngine}}
-	} else if s := mi.str("weight_version"); s != "" {
-		if v, ok := parseVersion(s); ok {
-			c.engineVersion = []events.VersionSegment{{Start: 0, PolicyVersion: v, Known: events.KnownEngine}}
+	c.engineVersion, c.lastVersion = nil, -1
+	// weight_versions: spans {version, start, end} over the output tokens;
+	// weight_version alone is the version of the last token only.
+	for _, raw := range mi.arr("weight_versions") {
+		var sp obj
+		if json.Unmarshal(raw, &sp) != nil {
+			continue
 		}
+		v, ok := versionOf(sp, "version")
+		start, _ := sp.int("start")
+		if !ok {
+			continue
+		}
+		if n := len(c.engineVersion); n > 0 && c.engineVersion[n-1].PolicyVersion >= v {
+			continue // versions only move forward; a repeat is one segment
+		}
+		c.engineVersion = append(c.engineVersion, events.VersionSegment{Start: start, PolicyVersion: v, Known: events.KnownEngine})
 	}
+	if len(c.engineVersion) > 0 {
+		c.engineVersion[0].Start = 0
+	}
+	if v, ok := versionOf(mi, "weight_version"); ok {
+		c.lastVersion = v
+	}
+}
+
+// versionOf reads a weight version given as a number or as text.
+func versionOf(o obj, k string) (int64, bool) {
+	if v, ok := o.int(k); ok && v >= 0 {
+		return v, true
+	}
+	return parseVersion(o.str(k))
 }
 
 // stripSGLangNative takes out the log-probs the client did not ask for.

@@ -74,7 +74,7 @@ func (s *Server) Probe(ctx context.Context) error {
 	req.set("messages", []map[string]string{{"role": "user", "content": "ping"}})
 	req.set("max_tokens", 1)
 	req.set("temperature", 0)
-	ex := &exchange{kind: routeChat, req: req}
+	ex := newExchange(routeChat, identity{}, req, time.Now())
 	if err := prepare(s.o.Engine, ex); err != nil {
 		return err
 	}

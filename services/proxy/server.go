@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -249,7 +250,7 @@ func (s *Server) record(w http.ResponseWriter, r *http.Request, kind routeKind, 
 		s.refuse(w, rl, badRequest("bad_json", "the request body is not a JSON object: %v", err))
 		return
 	}
-	ex := &exchange{kind: kind, id: id, req: o, began: arrived}
+	ex := newExchange(kind, id, o, arrived)
 	if err := prepare(s.o.Engine, ex); err != nil {
 		s.refuse(w, rl, err)
 		return
@@ -323,6 +324,9 @@ func (s *Server) readAnswer(ex *exchange, raw []byte) ([]byte, error) {
 	switch ex.kind {
 	case routeChat, routeCompletion, routeVLLMNative:
 		c.readAnswer(o, ex.kind)
+		if ex.kind == routeVLLMNative && c.haveIDs {
+			c.idsFrom = "native"
+		}
 		out, _ := strip(raw, o, ex.asked, false)
 		return out, nil
 	case routeLlamaNative:
@@ -349,6 +353,16 @@ func (s *Server) relayWhole(w http.ResponseWriter, resp *http.Response, ex *exch
 		s.o.Logger.Warn("proxy: the engine's answer is not JSON", "err", err)
 		s.refuse(w, rl, &requestError{status: http.StatusBadGateway, code: "engine_answer", msg: "the engine answered something that is not a JSON object"})
 		return
+	}
+	if ex.kind == routeSGLangNative && ex.cap.finish == "abort" {
+		first, _ := parseObj(raw)
+		joined, err := s.continueAborted(resp.Request.Context(), ex, s.pick(ex.id).String(), first)
+		if err != nil {
+			s.o.Logger.Warn("proxy: could not continue an aborted turn; passing the abort on", "attempt", ex.id.Attempt, "err", err)
+		} else if slices.Contains(ex.cap.tags, "continued") {
+			out = stripSGLangNative(joined.bytes(), joined, ex.asked)
+		}
+		answered = s.now()
 	}
 	ex.cap.latency = answered.Sub(arrived)
 	refused, err := s.commit(ex, segs, fetched, false, arrived)
@@ -515,6 +529,9 @@ func (s *Server) readChunk(ex *exchange, data []byte) ([]byte, bool) {
 			if i == 0 && json.Unmarshal(raw, &ch) == nil {
 				c.readChoice(ch, ex.kind)
 			}
+		}
+		if ex.kind == routeVLLMNative && c.haveIDs {
+			c.idsFrom = "native"
 		}
 		out, _ := strip(data, o, ex.asked, true)
 		return out, false

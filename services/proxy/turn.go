@@ -169,8 +169,16 @@ func (s *Server) buildTurn(ex *exchange, st *attemptState, prev []int32, segs []
 		}
 	}
 	t.VersionSegments = segs
-	if len(c.engineVersion) > 0 {
+	switch {
+	case len(c.engineVersion) > 0:
 		t.VersionSegments = c.engineVersion
+	case c.lastVersion >= 0 && c.lastVersion == segs[0].PolicyVersion && len(segs) == 1:
+		t.VersionSegments = []events.VersionSegment{{Start: 0, PolicyVersion: c.lastVersion, Known: events.KnownEngine}}
+	case c.lastVersion >= 0:
+		// The engine names only its last token's version, and it is not
+		// the one the turn began under: the turn began under the older.
+		first := min(c.lastVersion, segs[0].PolicyVersion)
+		t.VersionSegments = []events.VersionSegment{{Start: 0, PolicyVersion: first, Known: events.KnownBracketed}}
 	}
 	t.Text, t.TextCut = cutText(c.text.String())
 	if t.Text == "" {
@@ -242,16 +250,54 @@ func (s *Server) encode(id identity, f *turnFacts) ([]pending, error) {
 	var out []pending
 	for _, tc := range f.tools {
 		ev := events.Event{ID: toolID(id, tc.Turn, tc.Call), Run: id.Run, Type: events.TypeToolCalled, V: events.CurrentVersion(events.TypeToolCalled), At: at, Source: s.o.Source, Data: tc}
-		rec, err := events.Encode(ev)
+		rec, err := encodeChecked(ev)
 		if err != nil {
 			return nil, fmt.Errorf("proxy: tool call %d of turn %d: %w", tc.Call, tc.Turn, err)
 		}
 		out = append(out, pending{run: id.Run, record: rec})
 	}
 	ev := events.Event{ID: turnID(id, f.turn.Turn), Run: id.Run, Type: events.TypeTurnGenerated, V: events.CurrentVersion(events.TypeTurnGenerated), At: at, Source: s.o.Source, Data: f.turn}
-	rec, err := events.Encode(ev)
+	rec, err := encodeChecked(ev)
+	if err != nil && len(f.turn.ObservationTokenIDs) > 0 {
+		// A prompt of hundreds of thousands of new tokens does not fit in
+		// one record (1 MiB): keep the turn without them, tagged, rather
+		// than lose it. Its sequence is still marked, so later turns
+		// relate to it.
+		s.o.Logger.Warn("proxy: turn too large with its prompt ids; recording it without them", "attempt", id.Attempt, "turn", f.turn.Turn, "err", err)
+		t := *f.turn
+		t.ObservationTokenIDs, t.Parent, t.PrefixTokens = nil, nil, 0
+		t.Tags = addTag(t.Tags, "no_prompt_ids")
+		ev.Data = &t
+		rec, err = encodeChecked(ev)
+		if err == nil {
+			f.turn = &t
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("proxy: turn %d: %w", f.turn.Turn, err)
 	}
 	return append(out, pending{run: id.Run, record: rec}), nil
+}
+
+// encodeChecked encodes an event and decodes it again as the ledger's
+// ingest will, so a fact the ledger would refuse is known here, before
+// the harness has its answer, not later as a dead letter.
+func encodeChecked(ev events.Event) ([]byte, error) {
+	rec, err := events.Encode(ev)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := events.Decode(rec); err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+func addTag(tags []string, t string) []string {
+	if slices.Contains(tags, t) {
+		return tags
+	}
+	out := append(slices.Clone(tags), t)
+	slices.Sort(out)
+	return out
 }
