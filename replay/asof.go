@@ -53,11 +53,11 @@ func AsOfStep(ctx context.Context, src Source, k uint64) (*StepState, error) {
 	}
 	st := &StepState{Run: src.Run(), Step: k}
 	// Under the configuration the run's decisions recorded, as Verify.
-	decided, err := decidedConfig(ctx, src, nil)
+	decided, rules, err := decidedConfig(ctx, src, nil)
 	if err != nil {
 		return nil, err
 	}
-	fold, store := projections.NewFoldWith(src.Run(), projections.FoldOptions{Recorded: decided}), projections.NewMemStore()
+	fold, store := projections.NewFoldWith(src.Run(), projections.FoldOptions{Recorded: decided, RuleVersion: rules}), projections.NewMemStore()
 	versions := map[int64]int{}
 	sealed := uint64(0)
 	err = factsOf(ctx, src, func(f Fact) error {

@@ -29,7 +29,7 @@ type FoldOptions struct {
 // fold's state on disk (docs/design.md §14.2), so its memory does not grow
 // with the run.
 func Fold(ctx context.Context, src Source, o FoldOptions, fn func(Fact, []projections.Decision) error, end func(projections.Store) error) error {
-	config, err := decidedConfig(ctx, src, nil)
+	config, rules, err := decidedConfig(ctx, src, nil)
 	if err != nil {
 		return err
 	}
@@ -38,7 +38,7 @@ func Fold(ctx context.Context, src Source, o FoldOptions, fn func(Fact, []projec
 		return err
 	}
 	defer store.Close()
-	fold := projections.NewFoldWith(src.Run(), projections.FoldOptions{Recorded: config})
+	fold := projections.NewFoldWith(src.Run(), projections.FoldOptions{Recorded: config, RuleVersion: rules})
 	err = factsOf(ctx, src, func(f Fact) error {
 		ds, err := fold.Apply(store, f.Record())
 		if err != nil {
@@ -57,20 +57,29 @@ func Fold(ctx context.Context, src Source, o FoldOptions, fn func(Fact, []projec
 }
 
 // decidedConfig is the configuration the run's first recorded batch was
-// made under (nil when no decision records one), read from src's
-// decisions in one pass; a decision of other rules than this build's is a
-// RuleVersionError. each, when set, sees every recorded decision in that
-// pass, for callers that read the decisions for more than the config.
-func decidedConfig(ctx context.Context, src Source, each func(Recorded, decisionInfo) error) (*events.Config, error) {
+// made under (nil when no decision records one) and the rule version its
+// decisions name (projections.RuleVersion when none does), read from
+// src's decisions in one pass: a run is folded again under the rules it
+// was sealed under. A decision of rules this build does not implement, or
+// of other rules than the run's other decisions, is a RuleVersionError.
+// each, when set, sees every recorded decision in that pass, for callers
+// that read the decisions for more than the config.
+func decidedConfig(ctx context.Context, src Source, each func(Recorded, decisionInfo) error) (*events.Config, int, error) {
 	var config *events.Config
 	var configSeq uint64
+	rules := 0
 	err := src.Decisions(ctx, func(r Recorded) error {
 		d, err := parseRecorded(r)
 		if err != nil {
 			return fmt.Errorf("replay: %w", err)
 		}
-		if d.RuleVersion != projections.RuleVersion {
+		// A misrouted finding (fact seq 0) is made outside the run's fold,
+		// by whichever build read the record.
+		if !projections.SupportsRuleVersion(d.RuleVersion) || d.Fact.Seq != 0 && rules != 0 && d.RuleVersion != rules {
 			return &RuleVersionError{Run: src.Run(), Decision: d.ID, Recorded: d.RuleVersion}
+		}
+		if d.Fact.Seq != 0 && rules == 0 {
+			rules = d.RuleVersion
 		}
 		if d.Config != nil && (config == nil || d.Seq < configSeq) {
 			config, configSeq = d.Config, d.Seq
@@ -80,5 +89,8 @@ func decidedConfig(ctx context.Context, src Source, each func(Recorded, decision
 		}
 		return nil
 	})
-	return config, err
+	if rules == 0 {
+		rules = projections.RuleVersion
+	}
+	return config, rules, err
 }

@@ -51,6 +51,13 @@ var smallRun = simulate.Options{Seed: 7, Tasks: 24, Steps: 4, BatchGroups: 4, Ma
 // every other offset, as if another run shared the partition.
 func planSource(t testing.TB, o simulate.Options, run string) *memSource {
 	t.Helper()
+	return planSourceUnder(t, o, run, 0)
+}
+
+// planSourceUnder is planSource with its decisions made under rule
+// version rules (0: this build's).
+func planSourceUnder(t testing.TB, o simulate.Options, run string, rules int) *memSource {
+	t.Helper()
 	plan, err := simulate.Generate(o, run)
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +73,7 @@ func planSource(t testing.TB, o simulate.Options, run string) *memSource {
 		m.facts = append(m.facts, f)
 		recs = append(recs, f.Record())
 	}
-	fold, store := projections.NewFold(run), projections.NewMemStore()
+	fold, store := projections.NewFoldWith(run, projections.FoldOptions{RuleVersion: rules}), projections.NewMemStore()
 	var ds []projections.Decision
 	for _, r := range recs {
 		out, err := fold.Apply(store, r)

@@ -114,12 +114,12 @@ func Reorder(ctx context.Context, src Source, o ReorderOptions) (*ReorderReport,
 	if newFold == nil {
 		// Every pass folds under the configuration the run's decisions
 		// recorded, as Verify does.
-		decided, err := decidedConfig(ctx, src, nil)
+		decided, rules, err := decidedConfig(ctx, src, nil)
 		if err != nil {
 			return nil, err
 		}
 		newFold = func(run string) applier {
-			return projections.NewFoldWith(run, projections.FoldOptions{Recorded: decided})
+			return projections.NewFoldWith(run, projections.FoldOptions{Recorded: decided, RuleVersion: rules})
 		}
 	}
 	rep := &ReorderReport{Run: src.Run(), Source: src.Describe()}

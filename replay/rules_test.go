@@ -80,7 +80,7 @@ func TestVerifyFoldsWithTheRecordedConfig(t *testing.T) {
 // was folded under other rules, and replay says exactly that.
 func TestVerifyNamesAnotherRuleVersion(t *testing.T) {
 	m := planSource(t, simulate.Options{Seed: 3, Tasks: 8, Steps: 1, BatchGroups: 2, MaxTurns: 10}, "old-rules")
-	now, old := projections.RuleVersion, projections.RuleVersion-1
+	now, old := projections.RuleVersion, projections.MinRuleVersion-1
 	for i, d := range m.decisions {
 		m.decisions[i].Value = bytes.Replace(d.Value, fmt.Appendf(nil, `"rule_version":%d,`, now), fmt.Appendf(nil, `"rule_version":%d,`, old), 1)
 	}
@@ -88,8 +88,31 @@ func TestVerifyNamesAnotherRuleVersion(t *testing.T) {
 	if !errors.Is(err, ErrRuleVersion) {
 		t.Fatalf("got %v, want ErrRuleVersion", err)
 	}
-	if want := fmt.Sprintf("run folded under rules v%d; this build implements v%d", old, now); err.Error() != want {
+	if want := fmt.Sprintf("run folded under rules v%d; this build implements v%d to v%d", old, projections.MinRuleVersion, now); err.Error() != want {
 		t.Errorf("got %q, want %q", err, want)
+	}
+}
+
+// A run sealed under an older rule version this build still implements
+// is folded again under that version: every decision reproduced, byte for
+// byte (rule version 4 changed the samples' form, and so the digests).
+func TestVerifyFoldsUnderTheRecordedRuleVersion(t *testing.T) {
+	o := simulate.Options{Seed: 3, Tasks: 8, Steps: 1, BatchGroups: 2, MaxTurns: 10}
+	m := planSourceUnder(t, o, "rules-v3", projections.MinRuleVersion)
+	if !bytes.Contains(m.decisions[len(m.decisions)-1].Value, fmt.Appendf(nil, `"rule_version":%d,`, projections.MinRuleVersion)) {
+		t.Fatalf("the run was not folded under rules v%d", projections.MinRuleVersion)
+	}
+	rep := verify(t, m)
+	if !rep.OK() || rep.Matched != rep.Recorded || rep.RuleVersion != projections.MinRuleVersion {
+		t.Errorf("verify: ok %v, matched %d of %d under rules v%d, first %+v", rep.OK(), rep.Matched, rep.Recorded, rep.RuleVersion, rep.First)
+	}
+	// Decisions of two rule versions in one run: refused, naming the first
+	// of the other version.
+	mixed := planSourceUnder(t, o, "rules-v3", projections.MinRuleVersion)
+	last := &mixed.decisions[len(mixed.decisions)-1]
+	last.Value = bytes.Replace(last.Value, fmt.Appendf(nil, `"rule_version":%d,`, projections.MinRuleVersion), fmt.Appendf(nil, `"rule_version":%d,`, projections.RuleVersion), 1)
+	if _, err := Verify(context.Background(), mixed, VerifyOptions{}); !errors.Is(err, ErrRuleVersion) {
+		t.Errorf("mixed rule versions: got %v, want ErrRuleVersion", err)
 	}
 }
 

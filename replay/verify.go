@@ -27,7 +27,10 @@ type RuleVersionError struct {
 }
 
 func (e *RuleVersionError) Error() string {
-	return fmt.Sprintf("run folded under rules v%d; this build implements v%d", e.Recorded, projections.RuleVersion)
+	if projections.SupportsRuleVersion(e.Recorded) {
+		return fmt.Sprintf("run folded under rules v%d and others; a run is folded again under one", e.Recorded)
+	}
+	return fmt.Sprintf("run folded under rules v%d; this build implements v%d to v%d", e.Recorded, projections.MinRuleVersion, projections.RuleVersion)
 }
 
 // Is makes errors.Is(err, ErrRuleVersion) hold.
@@ -151,7 +154,7 @@ func Verify(ctx context.Context, src Source, o VerifyOptions) (*Report, error) {
 	var heads []RecordedHead
 	// The configuration the run's first recorded batch was made under,
 	// read in the same pass as the recorded decisions.
-	config, err := decidedConfig(ctx, src, func(r Recorded, d decisionInfo) error {
+	config, rules, err := decidedConfig(ctx, src, func(r Recorded, d decisionInfo) error {
 		rep.RecordedRecords++
 		if d.Type == projections.KindAuditFinding && d.Fact.Seq == 0 && d.ID == events.MisroutedID(rep.Run, d.Fact.Partition, d.Fact.Offset) {
 			rep.Misrouted++
@@ -173,6 +176,7 @@ func Verify(ctx context.Context, src Source, o VerifyOptions) (*Report, error) {
 		return nil, err
 	}
 	rep.Recorded = len(recorded)
+	rep.RuleVersion = rules
 	slices.SortStableFunc(heads, func(a, b RecordedHead) int { return cmp.Compare(a.Size, b.Size) })
 
 	h := newHistoryCheck(ctx, src, heads)
@@ -189,7 +193,7 @@ func Verify(ctx context.Context, src Source, o VerifyOptions) (*Report, error) {
 	defer store.Close()
 	// Fold with the configuration the run recorded, not this build's
 	// defaults (docs/design.md §4.3).
-	fold := projections.NewFoldWith(rep.Run, projections.FoldOptions{Recorded: config})
+	fold := projections.NewFoldWith(rep.Run, projections.FoldOptions{Recorded: config, RuleVersion: rules})
 	err = factsOf(ctx, src, func(f Fact) error {
 		ds, err := fold.Apply(store, f.Record())
 		if err != nil {

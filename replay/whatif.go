@@ -240,7 +240,7 @@ func WhatIf(ctx context.Context, src Source, o Overrides) (*WhatIfResult, error)
 	// recorded it, not this build's defaults (docs/design.md §4.3), for
 	// the overrides to go over: one pass over the decisions.
 	var recorded []projections.Manifest
-	decided, err := decidedConfig(ctx, src, func(r Recorded, d decisionInfo) error {
+	decided, rules, err := decidedConfig(ctx, src, func(r Recorded, d decisionInfo) error {
 		if d.Type != projections.KindBatchSealed {
 			return nil
 		}
@@ -265,7 +265,7 @@ func WhatIf(ctx context.Context, src Source, o Overrides) (*WhatIfResult, error)
 	if err := res.WhatIf.Validate(); err != nil {
 		return nil, fmt.Errorf("replay: the what-if config is invalid: %w", err)
 	}
-	fold := projections.NewFoldWith(src.Run(), projections.FoldOptions{Config: o.Apply, Recorded: decided})
+	fold := projections.NewFoldWith(src.Run(), projections.FoldOptions{Config: o.Apply, Recorded: decided, RuleVersion: rules})
 	store, err := openScratch("")
 	if err != nil {
 		return nil, err

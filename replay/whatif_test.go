@@ -27,7 +27,7 @@ func whatIf(t *testing.T, src Source, s string) *WhatIfResult {
 // whatIfSuite runs against any source of one simulated run.
 func whatIfSuite(t *testing.T, src Source) {
 	t.Run("recorded config", func(t *testing.T) {
-		decided, err := decidedConfig(context.Background(), src, nil)
+		decided, _, err := decidedConfig(context.Background(), src, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
