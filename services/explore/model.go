@@ -18,6 +18,13 @@ import (
 // numbered as the fold numbers them (duplicates included), so positions in
 // the views are the decisions' positions.
 //
+// Like every projection it is a fold that does not care in which order
+// causally related facts of different producers arrive (docs/design.md
+// §5.3): a turn, tool call, finish, failure or reward that comes before
+// its attempt.started is kept on the attempt it names and shown once the
+// attempt starts, so every figure the views show is the same whatever the
+// order.
+//
 // The model keeps what the views show — turns with their tokens, tool
 // calls, rewards — so it grows with the run; it is rebuilt, never stored.
 type Model struct {
@@ -34,8 +41,8 @@ type Model struct {
 	taskOrder []string
 	groups    map[string]*group
 	groupList []string
-	attempts  map[string]*attempt
-	attList   []string
+	attempts  map[string]*attempt // started or only named so far
+	attList   []string            // the started ones, in the order they started
 	retries   map[string]*attempt // retries seen before the attempt they retry, by its id
 
 	batches   []*batch // by seq-1; nil where not yet recorded
@@ -74,6 +81,7 @@ type group struct {
 
 type attempt struct {
 	events.AttemptStarted
+	started   bool // its attempt.started was applied
 	fact      projections.FactPosition
 	slot      int
 	retriedBy string
@@ -87,10 +95,10 @@ type attempt struct {
 
 type turn struct {
 	events.TurnGenerated
+	generated  bool // its turn.generated was applied
 	fact       projections.FactPosition
-	tools      []events.ToolCalled
+	tools      []events.ToolCalled // by call
 	compaction *events.ContextCompacted
-	judged     *projections.BatchTurn
 }
 
 type batch struct {
@@ -134,7 +142,7 @@ func (m *Model) Facts() uint64 { return m.facts }
 func (m *Model) Fact(partition int32, offset int64, value []byte, ev events.Event) {
 	m.facts++
 	pos := projections.FactPosition{Seq: m.facts, Partition: partition, Offset: offset}
-	if m.firstAt.IsZero() {
+	if m.firstAt.IsZero() || ev.At.Before(m.firstAt) {
 		m.firstAt = ev.At
 	}
 	if ev.At.After(m.lastAt) {
@@ -160,14 +168,15 @@ func (m *Model) Fact(partition int32, offset int64, value []byte, ev events.Even
 			t.groups = append(t.groups, d.Group)
 		}
 	case *events.AttemptStarted:
-		if _, dup := m.attempts[d.Attempt]; dup {
+		a := m.attempt(d.Attempt)
+		if a.started {
 			return
 		}
 		g := m.group(d.Group)
-		a := &attempt{AttemptStarted: *d, fact: pos}
+		a.AttemptStarted, a.started, a.fact = *d, true, pos
 		// A retry takes the slot of the attempt it retries, whichever of
 		// the two the log holds first (producers race).
-		if prev := m.attempts[d.RetryOf]; d.RetryOf != "" && prev != nil {
+		if prev := m.attempts[d.RetryOf]; d.RetryOf != "" && prev != nil && prev.started {
 			a.slot, prev.retriedBy = prev.slot, d.Attempt
 		} else if retry := m.retries[d.Attempt]; retry != nil {
 			a.slot, a.retriedBy = retry.slot, retry.Attempt
@@ -180,37 +189,38 @@ func (m *Model) Fact(partition int32, offset int64, value []byte, ev events.Even
 			}
 		}
 		g.members = append(g.members, d.Attempt)
-		m.attempts[d.Attempt] = a
 		m.attList = append(m.attList, d.Attempt)
 	case *events.TurnGenerated:
-		a := m.attempts[d.Attempt]
-		if a == nil || a.turn(d.Turn) != nil {
+		t := m.attempt(d.Attempt).turnAt(d.Turn)
+		if t.generated {
 			return
 		}
-		a.turns = append(a.turns, &turn{TurnGenerated: *d, fact: pos})
-		slices.SortFunc(a.turns, func(x, y *turn) int { return cmp.Compare(x.Turn, y.Turn) })
+		t.TurnGenerated, t.generated, t.fact = *d, true, pos
 	case *events.ToolCalled:
-		if t := m.turnOf(d.Attempt, d.Turn); t != nil {
-			t.tools = append(t.tools, *d)
+		t := m.attempt(d.Attempt).turnAt(d.Turn)
+		i := len(t.tools)
+		for i > 0 && t.tools[i-1].Call > d.Call {
+			i--
 		}
+		t.tools = slices.Insert(t.tools, i, *d)
 	case *events.ContextCompacted:
-		if t := m.turnOf(d.Attempt, d.Turn); t != nil && t.compaction == nil {
+		if t := m.attempt(d.Attempt).turnAt(d.Turn); t.compaction == nil {
 			t.compaction = d
 		}
 	case *events.AttemptFinished:
-		if a := m.attempts[d.Attempt]; a != nil && a.outcome == "" {
+		if a := m.attempt(d.Attempt); a.outcome == "" {
 			a.outcome = d.Outcome
 		}
 	case *events.AttemptFailed:
-		if a := m.attempts[d.Attempt]; a != nil && a.failed == "" {
+		if a := m.attempt(d.Attempt); a.failed == "" {
 			a.failed = d.Reason
 		}
 	case *events.RewardComputed:
-		if a := m.attempts[d.Attempt]; a != nil && a.reward == nil {
+		if a := m.attempt(d.Attempt); a.reward == nil {
 			a.reward = d
 		}
 	case *events.GroupClosed:
-		if g := m.groups[d.Group]; g != nil && g.closed == "" {
+		if g := m.group(d.Group); g.closed == "" {
 			g.closed = d.Reason
 		}
 	case *events.PolicyPublished:
@@ -276,27 +286,16 @@ func (m *Model) seal(b *batch) {
 	m.batches[b.Seq-1] = b
 	for gi := range b.Groups {
 		bg := &b.Groups[gi]
-		if g := m.groups[bg.Group]; g != nil {
-			g.batch = b.Seq
-		}
+		m.group(bg.Group).batch = b.Seq
 		for ai := range bg.Attempts {
 			ba := &bg.Attempts[ai]
-			a := m.attempts[ba.Attempt]
-			if a == nil {
-				continue
-			}
+			a := m.attempt(ba.Attempt)
 			a.batch, a.judged = b.Seq, ba
-			for ti := range ba.Turns {
-				if t := a.turn(int(ba.Turns[ti].Turn)); t != nil {
-					t.judged = &ba.Turns[ti]
-				}
-			}
 		}
 	}
 	for _, d := range b.Dropped {
-		if g := m.groups[d.Group]; g != nil {
-			g.dropped, g.dropSeal = d.Reason, b.Seq
-		}
+		g := m.group(d.Group)
+		g.dropped, g.dropSeal = d.Reason, b.Seq
 	}
 }
 
@@ -322,19 +321,53 @@ func (m *Model) group(id string) *group {
 	return g
 }
 
-func (m *Model) turnOf(attemptID string, n int) *turn {
-	if a := m.attempts[attemptID]; a != nil {
-		return a.turn(n)
+// attempt is the attempt id names, made (not started yet) when no fact
+// named it before.
+func (m *Model) attempt(id string) *attempt {
+	a := m.attempts[id]
+	if a == nil {
+		a = &attempt{}
+		a.Attempt = id
+		m.attempts[id] = a
 	}
-	return nil
+	return a
 }
 
-func (a *attempt) turn(n int) *turn {
+// turnAt is the attempt's turn n, made (not generated yet) when no fact
+// named it before.
+func (a *attempt) turnAt(n int) *turn {
 	i, ok := slices.BinarySearchFunc(a.turns, n, func(t *turn, n int) int { return cmp.Compare(t.Turn, n) })
 	if !ok {
-		return nil
+		t := &turn{}
+		t.Turn = n
+		a.turns = slices.Insert(a.turns, i, t)
 	}
 	return a.turns[i]
+}
+
+// generated are the attempt's turns whose turn.generated was applied, by
+// turn index.
+func (a *attempt) generated() []*turn {
+	out := make([]*turn, 0, len(a.turns))
+	for _, t := range a.turns {
+		if t.generated {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// judgedTurn is the batch's judgement of turn n, nil when none.
+func (a *attempt) judgedTurn(n int) *projections.BatchTurn {
+	if a.judged == nil {
+		return nil
+	}
+	for i := range a.judged.Turns {
+		if a.judged.Turns[i].Turn == int64(n) {
+			return &a.judged.Turns[i]
+		}
+	}
+	return nil
 }
 
 func (m *Model) sealed() int {

@@ -144,9 +144,11 @@ type AttemptRow struct {
 	RetryOf          string   `json:"retry_of,omitempty"`
 	RetriedBy        string   `json:"retried_by,omitempty"`
 	Outcome          string   `json:"outcome"` // the finish outcome, "failed: <reason>", or "running"
+	// Passed, TestsPassed and TestsTotal are the reward.computed's, null
+	// before one arrived.
 	Passed           *bool    `json:"passed"`
-	TestsPassed      int      `json:"tests_passed"`
-	TestsTotal       int      `json:"tests_total"`
+	TestsPassed      *int     `json:"tests_passed"`
+	TestsTotal       *int     `json:"tests_total"`
 	Score            *float64 `json:"score"`
 	Bonus            *float64 `json:"bonus"`
 	Reward           *float64 `json:"reward"`
@@ -160,12 +162,15 @@ type AttemptRow struct {
 	ToolCalls        int      `json:"tool_calls"`
 	MaxStaleness     *int64   `json:"max_staleness"`
 	Finish           string   `json:"finish"` // the last turn's finish reason
+	// TurnTrained says, in turn order, whether each turn its batch judged
+	// trains (the group view draws it; other lists leave it out).
+	TurnTrained []bool `json:"turn_trained,omitempty"`
 }
 
 func (m *Model) attemptRow(a *attempt) AttemptRow {
 	g := m.groups[a.Group]
 	r := AttemptRow{Attempt: a.Attempt, Group: a.Group, Task: a.Task, Purpose: g.Purpose, Slot: a.slot, RetryOf: a.RetryOf,
-		RetriedBy: a.retriedBy, Outcome: "running", Batch: a.batch, Turns: len(a.turns)}
+		RetriedBy: a.retriedBy, Outcome: "running", Batch: a.batch}
 	switch {
 	case a.failed != "":
 		r.Outcome = "failed: " + a.failed
@@ -176,8 +181,8 @@ func (m *Model) attemptRow(a *attempt) AttemptRow {
 		r.DropReason = g.dropped
 	}
 	if a.reward != nil {
-		p := a.reward.Passed
-		r.Passed, r.TestsPassed, r.TestsTotal = &p, a.reward.TestsPassed, a.reward.TestsTotal
+		p, tp, tt := a.reward.Passed, a.reward.TestsPassed, a.reward.TestsTotal
+		r.Passed, r.TestsPassed, r.TestsTotal = &p, &tp, &tt
 	}
 	if j := a.judged; j != nil {
 		r.Score, r.Bonus, r.Reward, r.Advantage = &j.Score, &j.Bonus, &j.Reward, &j.Advantage
@@ -192,9 +197,13 @@ func (m *Model) attemptRow(a *attempt) AttemptRow {
 		}
 	}
 	for _, t := range a.turns {
+		r.ToolCalls += len(t.tools)
+		if !t.generated {
+			continue
+		}
+		r.Turns++
 		r.CompletionTokens += t.CompletionTokens
 		r.PromptTokens += t.PromptTokens
-		r.ToolCalls += len(t.tools)
 		r.Finish = t.Finish
 	}
 	return r
@@ -253,7 +262,7 @@ func (m *Model) StepView(seq uint64) (StepView, bool) {
 	for _, bg := range b.Groups {
 		sg := StepGroup{Group: bg.Group, Task: bg.Task, Completed: bg.Completed, Attempts: []AttemptRow{}}
 		for _, ba := range bg.Attempts {
-			if a := m.attempts[ba.Attempt]; a != nil {
+			if a := m.attempts[ba.Attempt]; a != nil && a.started {
 				sg.Attempts = append(sg.Attempts, m.attemptRow(a))
 			}
 		}
@@ -296,7 +305,14 @@ func (m *Model) GroupView(id string) (GroupView, bool) {
 	v := GroupView{Group: g.Group, Task: g.Task, Purpose: g.Purpose, Size: g.Size, Started: g.fact, Closed: g.closed,
 		Batch: g.batch, Dropped: g.dropped, DropSeal: g.dropSeal, Slots: g.slots, Attempts: []AttemptRow{}, State: m.groupState(g)}
 	for _, id := range g.members {
-		v.Attempts = append(v.Attempts, m.attemptRow(m.attempts[id]))
+		a := m.attempts[id]
+		r := m.attemptRow(a)
+		for _, t := range a.generated() {
+			if j := a.judgedTurn(t.Turn); j != nil {
+				r.TurnTrained = append(r.TurnTrained, j.Trained)
+			}
+		}
+		v.Attempts = append(v.Attempts, r)
 	}
 	return v, true
 }
@@ -361,7 +377,7 @@ type Lineage struct {
 // AttemptView builds an attempt's timeline; ok is false when it is unknown.
 func (m *Model) AttemptView(id string) (AttemptView, bool) {
 	a := m.attempts[id]
-	if a == nil {
+	if a == nil || !a.started {
 		return AttemptView{}, false
 	}
 	g := m.groups[a.Group]
@@ -377,7 +393,7 @@ func (m *Model) AttemptView(id string) (AttemptView, bool) {
 			v.Gradient = grad
 		}
 	}
-	for _, t := range a.turns {
+	for _, t := range a.generated() {
 		tv := TurnView{Turn: t.Turn, Fact: t.fact, PromptTokens: t.PromptTokens, CompletionTokens: t.CompletionTokens,
 			CachedTokens: t.CachedTokens, ObservationIDs: orEmpty(t.ObservationTokenIDs), TokenIDs: orEmpty(t.TokenIDs),
 			Logprobs: t.Logprobs, Text: t.Text, TextCut: t.TextCut, Finish: t.Finish, LatencyMS: t.LatencyMS,
@@ -389,7 +405,7 @@ func (m *Model) AttemptView(id string) (AttemptView, bool) {
 			tv.Tools = []events.ToolCalled{}
 		}
 		tv.Segments, tv.Lineage = m.lineage(a, g, t, v.TrainerVersion, grad)
-		tv.Judged = t.judged != nil
+		tv.Judged = a.judgedTurn(t.Turn) != nil
 		v.TurnList = append(v.TurnList, tv)
 	}
 	return v, true
@@ -406,7 +422,7 @@ func orEmpty(s []int32) []int32 {
 // as generated, with staleness unknown, before one did), and its fate.
 func (m *Model) lineage(a *attempt, g *group, t *turn, trainerVersion *uint64, grad *Gradient) ([]projections.TurnSegment, Lineage) {
 	segs := make([]projections.TurnSegment, 0, len(t.VersionSegments))
-	if j := t.judged; j != nil {
+	if j := a.judgedTurn(t.Turn); j != nil {
 		if len(j.Segments) > 0 {
 			segs = append(segs, j.Segments...)
 		} else {
@@ -494,6 +510,8 @@ type TaskView struct {
 	TaskRow
 	Source       string                   `json:"source"`
 	Prompt       string                   `json:"prompt,omitempty"`
+	// PromptCut counts the bytes of the prompt left out of the fact.
+	PromptCut    int64                    `json:"prompt_cut"`
 	Gates        []events.Gate            `json:"gates"`
 	RegisteredAt projections.FactPosition `json:"registered_at"`
 	// DecidedAt is the position of the fact that caused the admission
@@ -509,7 +527,7 @@ func (m *Model) TaskView(id string) (TaskView, bool) {
 	if t == nil {
 		return TaskView{}, false
 	}
-	v := TaskView{TaskRow: m.taskRow(t), Source: t.Source, Prompt: t.Prompt, Gates: t.Gates, RegisteredAt: t.fact,
+	v := TaskView{TaskRow: m.taskRow(t), Source: t.Source, Prompt: t.Prompt, PromptCut: t.PromptCut, Gates: t.Gates, RegisteredAt: t.fact,
 		DecisionSeq: t.decisionSeq, GroupList: []GroupView{}}
 	if v.Gates == nil {
 		v.Gates = []events.Gate{}
