@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -173,6 +174,19 @@ func (b *browser) waitView(view string, after int) int {
 			b.t.Fatalf("view %s did not render within 30s (errors: %v)", view, b.errs())
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitError waits for the view to fail with status.
+func (b *browser) waitError(t testing.TB, status string) {
+	t.Helper()
+	var got string
+	testenv.CheckFor(t, 10*time.Second, "the view's error", func() bool {
+		b.run(chromedp.Evaluate(`(document.querySelector("[data-error]") || {dataset: {}}).dataset.error || ""`, &got))
+		return got != ""
+	})
+	if got != status {
+		t.Errorf("the view failed with status %q, want %q", got, status)
 	}
 }
 
@@ -462,6 +476,33 @@ func TestExplorerInChromium(t *testing.T) {
 				sameNumber(t, page, k+"-"+id, field(a, k))
 			}
 			sameNumber(t, page, "tokens-"+id, field(a, "completion_tokens"))
+			// The verdict is the reward's, or "no reward yet" (never 0/0).
+			switch p := field(a, "passed").(type) {
+			case nil:
+				sameNumber(t, page, "verdict-"+id, "")
+			case bool:
+				sameNumber(t, page, "verdict-"+id, strconv.FormatBool(p))
+				if total := field(a, "tests_total").(float64); total > 0 {
+					sameNumber(t, page, "tests-"+id, fmt.Sprintf("%v/%v", field(a, "tests_passed"), total))
+				}
+			}
+			// The turn bar paints the turns in turn order as judged: the
+			// masked (oldest) first.
+			var bar []string
+			b.run(chromedp.Evaluate(`[...document.querySelector('[data-turnbar="`+id+`"]').children].map(e => e.className)`, &bar))
+			if judged, ok := field(a, "turn_trained").([]any); ok {
+				var want []string
+				for _, tr := range judged {
+					if tr == true {
+						want = append(want, "trained")
+					} else {
+						want = append(want, "masked")
+					}
+				}
+				if len(bar) < len(want) || strings.Join(bar[:len(want)], ",") != strings.Join(want, ",") {
+					t.Errorf("attempt %s: the turn bar paints %v, the batch judged %v", id, bar, want)
+				}
+			}
 		}
 		shots["group"] = b.screenshot("group")
 		b.checkClean(s.URL() + "/")
@@ -514,6 +555,38 @@ func TestExplorerInChromium(t *testing.T) {
 		b.checkClean(s.URL() + "/")
 	})
 
+	t.Run("encoded-paths", func(t *testing.T) {
+		b.t = t
+		// An id holding ".." segments stays one encoded segment of the
+		// request: it never resolves into another route fetched with the
+		// viewer's token.
+		b.reset()
+		b.run(chromedp.Navigate("about:blank"), chromedp.Navigate(hash(run, "attempts", "x/../../../explore")))
+		b.waitError(t, "404")
+		want := s.URL() + "/v1/runs/" + run + "/explore/attempts/x%2F..%2F..%2F..%2Fexplore"
+		b.mu.Lock()
+		reqs := append([]string(nil), b.requests...)
+		b.mu.Unlock()
+		if !slices.Contains(reqs, want) {
+			t.Errorf("the page did not ask for %s; it asked for %q", want, reqs)
+		}
+		// A "." or ".." id cannot be a path segment: the page refuses it
+		// and asks for nothing.
+		for _, id := range []string{"..", "."} {
+			b.reset()
+			b.run(chromedp.Navigate("about:blank"), chromedp.Navigate(hash(run, "groups", id)))
+			b.waitError(t, "400")
+			b.mu.Lock()
+			for _, u := range b.requests {
+				if strings.Contains(u, "/v1/") {
+					t.Errorf("group %q: the page asked for %s", id, u)
+				}
+			}
+			b.mu.Unlock()
+		}
+		b.reset()
+	})
+
 	t.Run("filters", func(t *testing.T) {
 		b.t = t
 		rows := field(getJSON(t, api+"/attempts", tokReader), "attempts").([]any)
@@ -562,7 +635,11 @@ func TestExplorerInChromium(t *testing.T) {
 		if !strings.Contains(versions, "v0 (stale 0)") || !strings.Contains(versions, "v1 (stale") || !strings.Contains(versions, "from 2") {
 			t.Errorf("the turn's two version segments are not shown: %q", versions)
 		}
+		sameNumber(t, b.values(), "output_cut-0-0", "300")
 		b.screenshot("attempt-v2")
+		b.open(hash("run-a-v2", "tasks", "t-1"), "task")
+		sameNumber(t, b.values(), "prompt_cut", "1200")
+		sameNumber(t, map[string]string{"prompt_cut": fmt.Sprint(field(getJSON(t, v2+"/tasks/t-1", tokReader), "prompt_cut"))}, "prompt_cut", "1200")
 		b.checkClean(s.URL() + "/")
 	})
 
@@ -738,7 +815,7 @@ func postV2Run(t *testing.T, s *stack.Stack, run, group string, start bool) {
 	}
 	if start {
 		add(&events.RunStarted{Config: events.RunConfig{BatchGroups: &one, GroupSize: &two, EnforceAdmission: &f, MaxStaleness: new(int)}, Model: "m", Harness: "h"})
-		add(&events.TaskRegistered{Task: "t-1", Source: "src", Kind: "swe", Tier: 1, Gates: []events.Gate{}, Prompt: "fix the bug"})
+		add(&events.TaskRegistered{Task: "t-1", Source: "src", Kind: "swe", Tier: 1, Gates: []events.Gate{}, Prompt: "fix the bug", PromptCut: 1200})
 	}
 	add(&events.GroupStarted{Group: group, Task: "t-1", Size: 2, Purpose: events.PurposeTrain})
 	for i, id := range []string{group + "/a", group + "/b"} {
@@ -746,7 +823,7 @@ func postV2Run(t *testing.T, s *stack.Stack, run, group string, start bool) {
 		add(&events.TurnGenerated{Attempt: id, Turn: 0, PromptTokens: 10, CompletionTokens: 4,
 			VersionSegments: []events.VersionSegment{{Start: 0, PolicyVersion: 0}, {Start: 2, PolicyVersion: 1}},
 			TokenIDs:        []int32{11, 12, 13, 14}, Logprobs: []float32{-0.1, -0.2, -0.3, -0.4}, Text: "ls -la", Finish: events.FinishToolCall, LatencyMS: 5})
-		add(&events.ToolCalled{Attempt: id, Turn: 0, Call: 0, Tool: "bash", DurationMS: 3, OutputBytes: 5, Input: "ls -la", Output: "a.go\n"})
+		add(&events.ToolCalled{Attempt: id, Turn: 0, Call: 0, Tool: "bash", DurationMS: 3, OutputBytes: 305, Input: "ls -la", Output: "a.go\n", OutputCut: 300})
 		add(&events.AttemptFinished{Attempt: id, Outcome: events.OutcomeSubmitted})
 		add(&events.RewardComputed{Attempt: id, Passed: i == 0, TestsPassed: 1 - i, TestsTotal: 1, Verifier: "v"})
 	}

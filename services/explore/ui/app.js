@@ -19,7 +19,12 @@ class HTTPError extends Error {
   constructor(status, body) { super((body && body.error && body.error.message) || "HTTP " + status); this.status = status; }
 }
 
-function get(path) {
+// get reads a view, named by its path's segments: the bundle's index and
+// the store key it by the path as the server names it; the request encodes
+// every segment, so an id holding "/" or "?" stays one segment, and refuses
+// a "." or ".." segment, which the browser would resolve into another route.
+function get(segs) {
+  const path = "/" + segs.join("/");
   if (bundle) {
     if (store[path]) return Promise.resolve(store[path]);
     const file = bundle.files[path];
@@ -32,11 +37,13 @@ function get(path) {
       document.head.appendChild(s);
     });
   }
+  let url;
+  try { url = apiURL(segs); } catch (e) { return Promise.reject(e); }
   const t0 = performance.now();
   const headers = {};
   const tok = sessionStorage.getItem("rl-token");
   if (tok) headers.Authorization = "Bearer " + tok;
-  return fetch(path.split("/").map((s, i) => (i < 4 ? s : encodeURIComponent(s))).join("/"), { headers, cache: "no-store" })
+  return fetch(url, { headers, cache: "no-store" })
     .then((r) => r.json().catch(() => null).then((b) => {
       RL.fetchMs = performance.now() - t0;
       if (!r.ok) throw new HTTPError(r.status, b);
@@ -44,13 +51,23 @@ function get(path) {
     }));
 }
 
+// apiURL is the path of a view's segments, each encoded.
+function apiURL(segs) {
+  return "/" + segs.map((x) => {
+    const seg = String(x);
+    if (seg === "" || seg === "." || seg === "..") throw new HTTPError(400, { error: { message: `the id "${seg}" cannot be asked for: it is not a path segment` } });
+    return encodeURIComponent(seg);
+  }).join("/");
+}
+RL.apiURL = apiURL;
+
 // ---- helpers ----
 const $ = (s, el = document) => el.querySelector(s);
 const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 const num = (x, d = 3) => (x == null ? "–" : Number.isInteger(x) ? String(x) : Number(x).toFixed(d));
 const pct = (x) => (x == null ? "–" : (100 * x).toFixed(1) + "%");
 const enc = encodeURIComponent;
-const runBase = (run) => "/v1/runs/" + run + "/explore";
+const runBase = (run, ...rest) => ["v1", "runs", run, "explore", ...rest];
 const link = (href, text) => `<a href="${esc(href)}">${esc(text)}</a>`;
 const hRun = (r) => "#/runs/" + enc(r);
 const hStep = (r, s) => hRun(r) + "/steps/" + s;
@@ -62,6 +79,27 @@ const v = (k, x, text) => `<span data-k="${esc(k)}" data-v="${esc(x == null ? ""
 const card = (label, k, x, text) => `<div class="card"><b>${v(k, x, text)}</b><small>${esc(label)}</small></div>`;
 function setCrumbs(parts) {
   $("#crumbs").innerHTML = parts.map(([h, t], i) => (i < parts.length - 1 ? link(h, t) : `<span>${esc(t)}</span>`)).join("");
+}
+// cut says where a text was cut to fit its fact, and by how much.
+const cut = (n, k) => (n ? `<span class="cut" data-k="${esc(k)}" data-v="${n}"> … ${n} bytes cut</span>` : "");
+const cutText = (text, n, k) => (text || n ? `<div class="text">${esc(text)}${cut(n, k)}</div>` : "");
+// verdict is an attempt's reward.computed in words: "no reward yet" before
+// one arrived, never a made-up "0/0 tests".
+function verdict(a, short) {
+  if (a.passed == null) return `<span class="muted" data-k="verdict-${esc(a.attempt)}" data-v="">no reward yet</span>`;
+  const word = a.passed ? (short ? "pass" : "passed") : (short ? "fail" : "failed");
+  return `<span class="${a.passed ? "ok" : "bad"}" data-k="verdict-${esc(a.attempt)}" data-v="${a.passed}">${word}</span>${a.tests_total ? ` <span data-k="tests-${esc(a.attempt)}" data-v="${a.tests_passed}/${a.tests_total}">${short ? "" : "("}${a.tests_passed}/${a.tests_total}${short ? "" : " tests)"}</span>` : ""}`;
+}
+// turnBar draws an attempt's turns in turn order as its batch judged them
+// (green trains, amber masked: the masked are the oldest, drawn first).
+function turnBar(a, state) {
+  const n = Math.min(a.turns, 200);
+  const judged = a.turn_trained || [];
+  return Array.from({ length: n }, (_, i) => {
+    let cls = state === "dropped" ? "dropped" : "";
+    if (a.batch) cls = i < judged.length ? (judged[i] ? "trained" : "masked") : i < a.turns - a.trained_turns ? "masked" : "trained";
+    return `<i class="${cls}"></i>`;
+  }).join("");
 }
 function ts(t) { return t && !t.startsWith("0001") ? new Date(t).toISOString().replace("T", " ").replace(/\..*/, "") : "–"; }
 
@@ -170,7 +208,7 @@ function attemptsTable(run, rows, q, limit = 2000) {
   const shown = filterAttempts(rows, q);
   const body = shown.slice(0, limit).map((r) => `<tr class="click" data-href="${esc(hAttempt(run, r.attempt))}" data-row="${esc(r.attempt)}">
     <td>${link(hAttempt(run, r.attempt), r.attempt)}</td><td>${link(hGroup(run, r.group), r.group)}</td><td>${link(hTask(run, r.task), r.task)}</td>
-    <td class="num">${r.slot}${r.retry_of ? " ↺" : ""}</td><td>${esc(r.outcome)}</td><td>${r.passed == null ? "–" : r.passed ? '<span class="ok">pass</span>' : '<span class="bad">fail</span>'}</td>
+    <td class="num">${r.slot}${r.retry_of ? " ↺" : ""}</td><td>${esc(r.outcome)}</td><td>${verdict(r, true)}</td>
     <td class="num">${v("score", r.score)}</td><td class="num">${v("bonus", r.bonus)}</td><td class="num">${v("reward", r.reward)}</td><td class="num">${v("advantage", r.advantage)}</td>
     <td class="num">${r.turns}</td><td class="num">${r.completion_tokens}</td><td class="num">${r.max_staleness ?? "–"}</td><td>${esc(r.finish)}</td>
     <td>${r.batch ? link(hStep(run, r.batch), "batch " + r.batch) : esc(r.drop_reason || "")}</td></tr>`).join("");
@@ -181,7 +219,7 @@ function attemptsTable(run, rows, q, limit = 2000) {
 // ---- views ----
 const views = {
   async runs(q) {
-    const d = await get("/v1/explore/runs");
+    const d = await get(["v1", "explore", "runs"]);
     setCrumbs([["#/", "runs"]]);
     const rows = d.runs.filter((r) => !q.get("q") || r.run.includes(q.get("q")));
     return { data: d, html: `<h1>Runs</h1>${filterBar([{ name: "q", label: "search", ph: "run id" }], q)}
@@ -229,7 +267,7 @@ const views = {
   },
 
   async step(q, run, seq) {
-    const d = await get(runBase(run) + "/steps/" + seq);
+    const d = await get(runBase(run, "steps", seq));
     setCrumbs([["#/", "runs"], [hRun(run), run], [hStep(run, seq), "step " + seq]]);
     const rows = d.groups.flatMap((g) => g.attempts);
     const gr = d.gradient;
@@ -250,15 +288,15 @@ const views = {
   },
 
   async group(q, run, id) {
-    const d = await get(runBase(run) + "/groups/" + id);
+    const d = await get(runBase(run, "groups", id));
     setCrumbs([["#/", "runs"], [hRun(run), run], ...(d.batch ? [[hStep(run, d.batch), "step " + d.batch]] : []), [hGroup(run, id), "group " + id]]);
     const cols = d.attempts.map((a) => `<div class="col" data-row="${esc(a.attempt)}"><h3>${link(hAttempt(run, a.attempt), a.attempt)}</h3>
       <div>slot ${v("slot-" + a.attempt, a.slot)}${a.retry_of ? ` · retry of ${link(hAttempt(run, a.retry_of), a.retry_of)}` : ""}${a.retried_by ? ` · retried by ${link(hAttempt(run, a.retried_by), a.retried_by)}` : ""}</div>
-      <div>${esc(a.outcome)} · ${a.passed == null ? "no reward" : a.passed ? '<span class="ok">passed</span>' : '<span class="bad">failed</span>'} ${a.tests_total ? `(${a.tests_passed}/${a.tests_total} tests)` : ""}</div>
+      <div>${esc(a.outcome)} · ${verdict(a)}</div>
       <div>turns ${v("turns-" + a.attempt, a.turns)} · tokens ${v("tokens-" + a.attempt, a.completion_tokens)} · tools ${a.tool_calls}</div>
       <div>reward ${v("reward-" + a.attempt, a.reward)} = score ${num(a.score)} + bonus ${num(a.bonus)}</div>
       <div>advantage ${v("advantage-" + a.attempt, a.advantage)}</div>
-      <div class="turnbar">${Array.from({ length: Math.min(a.turns, 200) }, (_, i) => `<i class="${a.batch ? (i < a.trained_turns ? "trained" : "masked") : d.state === "dropped" ? "dropped" : ""}"></i>`).join("")}</div></div>`).join("");
+      <div class="turnbar" data-turnbar="${esc(a.attempt)}">${turnBar(a, d.state)}</div></div>`).join("");
     return { data: d, html: `<h1>Group ${esc(d.group)} <span class="pill">${esc(d.state)}</span></h1>
     <p>task ${link(hTask(run, d.task), d.task)} · ${esc(d.purpose)} · size ${d.size} · ${v("slots", d.slots)} slots, ${v("attempt_count", d.attempts.length)} attempts · started at fact ${d.started.seq}${d.closed ? " · closed: " + esc(d.closed) : ""}
     ${d.batch ? " · used by " + link(hStep(run, d.batch), "batch " + d.batch) : ""}${d.dropped ? ` · <span class="bad">dropped: ${esc(d.dropped)}</span> (listed by batch ${d.dropped_before_batch})` : ""}</p>
@@ -266,20 +304,20 @@ const views = {
   },
 
   async attempt(q, run, id) {
-    const d = await get(runBase(run) + "/attempts/" + id);
+    const d = await get(runBase(run, "attempts", id));
     setCrumbs([["#/", "runs"], [hRun(run), run], ...(d.batch ? [[hStep(run, d.batch), "step " + d.batch]] : []), [hGroup(run, d.group), "group " + d.group], [hAttempt(run, id), id]]);
     const mode = q.get("overlay") || "mask";
     RL.attempt = d;
     const turns = d.turn_list.map((t, i) => `<div class="turn" data-turn="${i}">
       <div class="hd"><b>turn ${t.turn}</b><span>fact ${t.fact.seq} (${t.fact.partition}/${t.fact.offset})</span><span>${v("prompt-" + t.turn, t.prompt_tokens)} prompt · ${v("completion-" + t.turn, t.completion_tokens)} completion · ${t.cached_tokens} cached</span>
         <span>finish ${esc(t.finish)}</span><span>${t.latency_ms} ms</span><span>versions ${t.segments.map((s) => "v" + s.policy_version + (t.judged ? " (stale " + s.staleness + (s.trained ? "" : ", masked") + ")" : "") + (s.start ? " from " + s.start : "")).join(", ")}</span></div>
-      ${t.text ? `<div class="text">${esc(t.text)}${t.text_cut ? `<span class="muted"> … ${t.text_cut} bytes cut</span>` : ""}</div>` : ""}
+      ${cutText(t.text, t.text_cut, "text_cut-" + t.turn)}
       <div class="toks" data-toks="${i}" style="min-height:${t.token_ids.length ? Math.min(400, Math.ceil(t.token_ids.length / 12) * 19) : 0}px"></div>${t.token_ids.length ? "" : segBar(t)}
-      ${t.tools.map((c) => `<div class="tool">⚙ <b>${esc(c.tool)}</b> #${c.call} exit ${c.exit_code === 0 ? '<span class="ok">0</span>' : `<span class="bad">${c.exit_code}</span>`} · ${c.duration_ms} ms · ${c.output_bytes} B${c.timed_out ? ' · <span class="bad">timed out</span>' : ""}${c.background ? " · background" : ""}${c.input ? `<div class="text">${esc(c.input)}</div>` : ""}${c.output ? `<div class="text">${esc(c.output)}</div>` : ""}</div>`).join("")}
+      ${t.tools.map((c) => `<div class="tool">⚙ <b>${esc(c.tool)}</b> #${c.call} exit ${c.exit_code === 0 ? '<span class="ok">0</span>' : `<span class="bad">${c.exit_code}</span>`} · ${c.duration_ms} ms · ${c.output_bytes} B${c.timed_out ? ' · <span class="bad">timed out</span>' : ""}${c.background ? " · background" : ""}${cutText(c.input, c.input_cut, `input_cut-${t.turn}-${c.call}`)}${cutText(c.output, c.output_cut, `output_cut-${t.turn}-${c.call}`)}</div>`).join("")}
       <div class="lineage">lineage: <span class="pill ${esc(t.lineage.state)}" data-k="lineage-${t.turn}" data-v="${esc(t.lineage.state)}">${esc(t.lineage.state)}</span> ${t.lineage.batch ? link(hStep(run, t.lineage.batch), "batch " + t.lineage.batch) : ""}${t.lineage.gradient_step != null ? " · gradient step " + t.lineage.gradient_step : ""} · ${esc(t.lineage.reason)}</div>
       ${t.compaction ? `<div class="compaction">context compacted: ${t.compaction.tokens_before} → ${t.compaction.tokens_after} tokens (a new training segment starts)</div>` : ""}</div>`).join("");
     return { data: d, after: () => virtualTokens(d, mode), html: `<h1>Attempt ${esc(d.attempt)}</h1>
-    <p>group ${link(hGroup(run, d.group), d.group)} · task ${link(hTask(run, d.task), d.task)} · slot ${v("slot", d.slot)}${d.retry_of ? " · retry of " + link(hAttempt(run, d.retry_of), d.retry_of) : ""} · engine ${esc(d.engine)} · vm ${esc(d.vm)} (fork ${d.fork_ms} ms) · ${esc(d.outcome)}</p>
+    <p>group ${link(hGroup(run, d.group), d.group)} · task ${link(hTask(run, d.task), d.task)} · slot ${v("slot", d.slot)}${d.retry_of ? " · retry of " + link(hAttempt(run, d.retry_of), d.retry_of) : ""} · engine ${esc(d.engine)} · vm ${esc(d.vm)} (fork ${d.fork_ms} ms) · ${esc(d.outcome)} · ${verdict(d)}</p>
     <div class="cards">${card("turns", "turns", d.turns)}${card("completion tokens", "completion_tokens", d.completion_tokens)}${card("reward", "reward", d.reward)}${card("advantage", "advantage", d.advantage)}${card("score", "score", d.score)}${card("bonus", "bonus", d.bonus)}${card("batch", "batch", d.batch || null, d.batch ? "step " + d.batch : d.drop_reason || "–")}${card("gradient step", "gradient_step", d.gradient ? d.gradient.step : null)}</div>
     <form class="filters" data-overlay>overlay: ${["mask", "logprob", "version", "none"].map((m) => `<label><input type="radio" name="overlay" value="${m}"${m === mode ? " checked" : ""}> ${m === "mask" ? "loss mask" : m === "version" ? "policy version / staleness" : m}</label>`).join(" ")}
       <span class="muted">${mode === "mask" ? "green trains, amber masked, grey not in a batch" : mode === "logprob" ? "darker = less likely" : mode === "version" ? "hue by staleness; red beyond max_staleness " + d.config_max_staleness : ""}</span></form>
@@ -287,13 +325,13 @@ const views = {
   },
 
   async attempts(q, run) {
-    const d = await get(runBase(run) + "/attempts");
+    const d = await get(runBase(run, "attempts"));
     setCrumbs([["#/", "runs"], [hRun(run), run], [hRun(run) + "/attempts", "attempts"]]);
     return { data: d, html: `<h1>Attempts of ${esc(run)}</h1>${filterBar(ATTEMPT_FILTERS(d.attempts), q)}${attemptsTable(run, d.attempts, q)}` };
   },
 
   async tasks(q, run) {
-    const d = await get(runBase(run) + "/tasks");
+    const d = await get(runBase(run, "tasks"));
     setCrumbs([["#/", "runs"], [hRun(run), run], [hRun(run) + "/tasks", "tasks"]]);
     const rows = d.tasks.filter((t) => (!q.get("q") || t.task.includes(q.get("q"))) && (!q.get("decision") || t.decision === q.get("decision")));
     return { data: d, html: `<h1>Tasks of ${esc(run)}</h1>${filterBar([{ name: "q", label: "search", ph: "task id" }, { name: "decision", label: "admission", options: ["admitted", "rejected", "pending"] }], q)}
@@ -303,12 +341,12 @@ const views = {
   },
 
   async task(q, run, id) {
-    const d = await get(runBase(run) + "/tasks/" + id);
+    const d = await get(runBase(run, "tasks", id));
     setCrumbs([["#/", "runs"], [hRun(run), run], [hRun(run) + "/tasks", "tasks"], [hTask(run, id), id]]);
     return { data: d, html: `<h1>Task ${esc(d.task)} <span class="pill">${v("decision", d.decision, d.decision)}</span></h1>
     <p>${esc(d.kind)} · tier ${d.tier} · source ${esc(d.source)} · registered at fact ${d.registered_at.seq} · gates ${d.gates.map((g) => esc(g.name) + (g.passed ? " ✓" : " ✗")).join(", ") || "–"}</p>
     <div class="cards">${card("probes", "probes", d.probes)}${card("passes", "passes", d.passes)}${card("probe pass rate", "pass_rate", d.pass_rate, pct(d.pass_rate))}${card("decided at fact", "decided_at", d.decided_at ? d.decided_at.seq : null, d.decided_at ? `${d.decided_at.seq} (${d.decided_at.partition}/${d.decided_at.offset})` : "pending")}${card("attempts", "attempts", d.attempts)}${card("solved", "solved", d.solved)}</div>
-    ${d.prompt ? `<div class="turn"><div class="text">${esc(d.prompt)}</div></div>` : ""}
+    ${d.prompt || d.prompt_cut ? `<div class="turn">${cutText(d.prompt, d.prompt_cut, "prompt_cut")}</div>` : ""}
     <h2>Groups</h2><table><thead><tr><th>group</th><th>purpose</th><th>state</th><th class="num">attempts</th><th class="num">passed</th><th>batch</th></tr></thead><tbody>
     ${d.group_list.map((g) => `<tr class="click" data-href="${esc(hGroup(run, g.group))}" data-row="${esc(g.group)}"><td>${link(hGroup(run, g.group), g.group)}</td><td>${esc(g.purpose)}</td><td>${esc(g.state)}${g.dropped ? ": " + esc(g.dropped) : ""}</td><td class="num">${g.attempts.length}</td><td class="num">${g.attempts.filter((a) => a.passed).length}</td><td>${g.batch ? link(hStep(run, g.batch), "batch " + g.batch) : "–"}</td></tr>`).join("")}</tbody></table>` };
   },
