@@ -355,4 +355,3 @@ func countPassed(rows []explore.AttemptRow) int {
 	}
 	return n
 }
-

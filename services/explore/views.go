@@ -136,14 +136,14 @@ func (m *Model) funnelAt(seq uint64) Funnel {
 
 // AttemptRow is an attempt as lists show it.
 type AttemptRow struct {
-	Attempt          string   `json:"attempt"`
-	Group            string   `json:"group"`
-	Task             string   `json:"task"`
-	Purpose          string   `json:"purpose"`
-	Slot             int      `json:"slot"`
-	RetryOf          string   `json:"retry_of,omitempty"`
-	RetriedBy        string   `json:"retried_by,omitempty"`
-	Outcome          string   `json:"outcome"` // the finish outcome, "failed: <reason>", or "running"
+	Attempt   string `json:"attempt"`
+	Group     string `json:"group"`
+	Task      string `json:"task"`
+	Purpose   string `json:"purpose"`
+	Slot      int    `json:"slot"`
+	RetryOf   string `json:"retry_of,omitempty"`
+	RetriedBy string `json:"retried_by,omitempty"`
+	Outcome   string `json:"outcome"` // the finish outcome, "failed: <reason>", or "running"
 	// Passed, TestsPassed and TestsTotal are the reward.computed's, null
 	// before one arrived.
 	Passed           *bool    `json:"passed"`
@@ -508,8 +508,8 @@ func (m *Model) Tasks() []TaskRow {
 // TaskView is one task: its registration, probes and admission.
 type TaskView struct {
 	TaskRow
-	Source       string                   `json:"source"`
-	Prompt       string                   `json:"prompt,omitempty"`
+	Source string `json:"source"`
+	Prompt string `json:"prompt,omitempty"`
 	// PromptCut counts the bytes of the prompt left out of the fact.
 	PromptCut    int64                    `json:"prompt_cut"`
 	Gates        []events.Gate            `json:"gates"`
