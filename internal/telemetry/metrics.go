@@ -42,6 +42,20 @@ const (
 	defaultLagPollSeconds = 5
 )
 
+// The health checks' and the gateway's metrics. Their labels are the few
+// check names and configured upstream URLs; the reasons of failures go to
+// the log.
+const (
+	NameHealthy          = "rolloutledger_healthy"                         // {check}
+	NameUpstreamUp       = "rolloutledger_gateway_upstream_up"             // {upstream}
+	NameUpstreamFailures = "rolloutledger_gateway_upstream_failures_total" // {upstream,stage}
+	CheckKafka           = "kafka"
+	CheckProjector       = "projector"
+	CheckUpstreams       = "upstreams"
+	StageCheck           = "check"
+	StageRequest         = "request"
+)
+
 // LagPollInterval is how often consumers ask Kafka for the log end, so lag
 // keeps growing while a consumer is stuck and reads nothing.
 const LagPollInterval = defaultLagPollSeconds * time.Second
@@ -61,6 +75,9 @@ type Metrics struct {
 	decisionsEmitted metric.Int64Counter
 	pgWriteDuration  metric.Float64Histogram
 	pgRowsWritten    metric.Int64Counter
+	healthy          metric.Int64Gauge
+	upstreamUp       metric.Int64Gauge
+	upstreamFailures metric.Int64Counter
 
 	sets sync.Map // cache key -> metric.MeasurementOption
 }
@@ -86,6 +103,11 @@ func newMetrics(m metric.Meter, lags *lagSet) (*Metrics, error) {
 		errs = append(errs, err)
 		return h
 	}
+	gauge := func(name, desc string) metric.Int64Gauge {
+		g, err := m.Int64Gauge(name, metric.WithDescription(desc))
+		errs = append(errs, err)
+		return g
+	}
 	x := &Metrics{
 		ingestRequests:   counter(NameIngestRequests, "Ingest requests by outcome."),
 		ingestEvents:     counter(NameIngestEvents, "Events in ingest requests by fact type and outcome."),
@@ -99,6 +121,9 @@ func newMetrics(m metric.Meter, lags *lagSet) (*Metrics, error) {
 		decisionsEmitted: counter(NameDecisionsEmitted, "Decisions the projector emitted, by type."),
 		pgWriteDuration:  histogram(NamePGWriteDuration, "Duration of one pgsink transaction (rows and offsets).", pgBuckets),
 		pgRowsWritten:    counter(NamePGRowsWritten, "Rows the pgsink inserted, by table."),
+		healthy:          gauge(NameHealthy, "1 when the last health check passed, 0 when it failed (the reason is in the log), by check."),
+		upstreamUp:       gauge(NameUpstreamUp, "1 while the gateway routes to an upstream, 0 while its checks or requests fail (the reason is in the log)."),
+		upstreamFailures: counter(NameUpstreamFailures, "Failed health checks (stage check) and requests (stage request) of each gateway upstream."),
 	}
 	_, err := m.Int64ObservableGauge(NameConsumerLag,
 		metric.WithDescription("Records in the log that a consumer has not committed yet, per partition."),
@@ -189,4 +214,29 @@ func (m *Metrics) PGWrite(ctx context.Context, d time.Duration) {
 // PGRows counts rows inserted into a table.
 func (m *Metrics) PGRows(ctx context.Context, table string, n int64) {
 	m.pgRowsWritten.Add(ctx, n, m.attrs("table", table))
+}
+
+// Healthy records the outcome of a health check: kafka, projector or
+// upstreams. The reason of a failure goes to the log, never to a label.
+func (m *Metrics) Healthy(ctx context.Context, check string, ok bool) {
+	v := int64(0)
+	if ok {
+		v = 1
+	}
+	m.healthy.Record(ctx, v, m.attrs("check", check))
+}
+
+// UpstreamUp records whether the gateway routes to an upstream (its base
+// URL, one of the few configured).
+func (m *Metrics) UpstreamUp(ctx context.Context, upstream string, up bool) {
+	v := int64(0)
+	if up {
+		v = 1
+	}
+	m.upstreamUp.Record(ctx, v, m.attrs("upstream", upstream))
+}
+
+// UpstreamFailure counts a failed health check or request of an upstream.
+func (m *Metrics) UpstreamFailure(ctx context.Context, upstream, stage string) {
+	m.upstreamFailures.Add(ctx, 1, m.attrs("upstream", upstream, "stage", stage))
 }

@@ -28,6 +28,14 @@
 // the retry. A failure after an answer's headers were sent (a samples
 // stream cut short) reaches the client as a broken response, which the SDK
 // retries like any transport error.
+//
+// # What an unauthenticated client sees
+//
+// GET /healthz and the 503s answer without a token, so they say only
+// whether the gateway can serve, with a stable code: never an upstream's
+// address or a network error, which would map the deployment for anyone
+// who can reach the port. Which upstream failed and why goes to the log
+// and to /metrics (docs/security.md, "What open endpoints show").
 package gateway
 
 import (
@@ -49,6 +57,7 @@ import (
 	"time"
 
 	"github.com/rolloutledger/rolloutledger/internal/httpx"
+	"github.com/rolloutledger/rolloutledger/internal/telemetry"
 )
 
 // Services an upstream may announce in its GET /healthz.
@@ -81,9 +90,12 @@ type Options struct {
 	// Transport sends the requests to the upstreams; nil means a clone of
 	// http.DefaultTransport.
 	Transport http.RoundTripper
-	// Logger receives failovers and upstreams going down and up; nil
-	// discards.
+	// Logger receives failovers, upstreams going down and up, and why
+	// each request the gateway answered 503 failed; nil discards.
 	Logger *slog.Logger
+	// Telemetry receives each upstream's state and failures; nil records
+	// nothing.
+	Telemetry *telemetry.Telemetry
 }
 
 // Validate reports every problem at once.
@@ -143,6 +155,7 @@ func (o Options) withDefaults() Options {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	o.Telemetry = telemetry.OrNop(o.Telemetry)
 	return o
 }
 
@@ -252,6 +265,8 @@ func (g *Gateway) checkAll(ctx context.Context) {
 		wg.Go(func() { g.checkOne(ctx, u) })
 	}
 	wg.Wait()
+	_, ok := g.Health()
+	g.o.Telemetry.Metrics.Healthy(ctx, telemetry.CheckUpstreams, ok)
 }
 
 // checkOne asks u's /healthz, which answers 200 with the services it runs
@@ -259,13 +274,13 @@ func (g *Gateway) checkAll(ctx context.Context) {
 func (g *Gateway) checkOne(ctx context.Context, u *upstream) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.url.JoinPath("/healthz").String(), nil)
 	if err != nil {
-		g.markDown(u, err)
+		g.markDown(u, telemetry.StageCheck, err)
 		return
 	}
 	resp, err := g.check.Do(req)
 	if err != nil {
 		if ctx.Err() == nil {
-			g.markDown(u, err)
+			g.markDown(u, telemetry.StageCheck, err)
 		}
 		return
 	}
@@ -275,11 +290,11 @@ func (g *Gateway) checkOne(ctx context.Context, u *upstream) {
 	}
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		g.markDown(u, fmt.Errorf("healthz: %s %s", resp.Status, strings.TrimSpace(string(b))))
+		g.markDown(u, telemetry.StageCheck, fmt.Errorf("healthz: %s %s", resp.Status, strings.TrimSpace(string(b))))
 		return
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&h); err != nil {
-		g.markDown(u, fmt.Errorf("healthz: %w", err))
+		g.markDown(u, telemetry.StageCheck, fmt.Errorf("healthz: %w", err))
 		return
 	}
 	u.mu.Lock()
@@ -289,21 +304,29 @@ func (g *Gateway) checkOne(ctx context.Context, u *upstream) {
 		u.down, u.cancel = context.WithCancel(context.Background())
 	}
 	u.mu.Unlock()
+	g.o.Telemetry.Metrics.UpstreamUp(ctx, u.url.String(), true)
 	if !was {
 		g.log.Info("gateway: upstream up", "upstream", u.url.String(), "services", strings.Join(h.Services, ","))
 	}
 }
 
 // markDown takes u out of the rotation until its next good check, and ends
-// the requests in flight to it.
-func (g *Gateway) markDown(u *upstream, err error) {
+// the requests in flight to it. stage says what failed: its health check
+// or a request to it.
+func (g *Gateway) markDown(u *upstream, stage string, err error) {
 	u.mu.Lock()
-	was := u.healthy
+	was, same := u.healthy, u.lastErr == err.Error()
 	u.healthy, u.lastErr = false, err.Error()
 	u.cancel()
 	u.mu.Unlock()
-	if was {
-		g.log.Warn("gateway: upstream down", "upstream", u.url.String(), "err", err)
+	m := g.o.Telemetry.Metrics
+	m.UpstreamUp(context.Background(), u.url.String(), false)
+	m.UpstreamFailure(context.Background(), u.url.String(), stage)
+	switch {
+	case was:
+		g.log.Warn("gateway: upstream down", "upstream", u.url.String(), "stage", stage, "err", err)
+	case !same:
+		g.log.Info("gateway: upstream still down", "upstream", u.url.String(), "stage", stage, "err", err)
 	}
 }
 
@@ -325,15 +348,39 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 type serviceKey struct{}
 
-// errUnavailable is what the proxy's error handler answers 503 for.
+// errUnavailable is wrapped by what the proxy's error handler answers 503
+// for.
 var errUnavailable = errors.New("gateway: unavailable")
+
+// Messages of the 503s: stable, and naming no upstream (see the package
+// documentation).
+const (
+	msgNoUpstream = "no upstream can serve the request now; retry the same request"
+	msgNotSealed  = "the batch was served before, and the replica now serving has not sealed it yet; retry the same request"
+)
+
+// unavailableError is a 503's cause: public is what the client reads, err
+// what the log does.
+type unavailableError struct {
+	public string
+	err    error
+}
+
+func (e *unavailableError) Error() string { return errUnavailable.Error() + ": " + e.err.Error() }
+func (e *unavailableError) Unwrap() []error { return []error{errUnavailable, e.err} }
+
+func unavailable(public string, err error) error { return &unavailableError{public: public, err: err} }
 
 func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	if r.Context().Err() != nil {
 		return // the client left
 	}
-	g.log.Debug("gateway: request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-	httpx.WriteError(w, http.StatusServiceUnavailable, "unavailable", strings.TrimPrefix(err.Error(), errUnavailable.Error()+": ")+"; retry the same request")
+	public := msgNoUpstream
+	if ue, ok := errors.AsType[*unavailableError](err); ok {
+		public = ue.public
+	}
+	g.log.Warn("gateway: request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	httpx.WriteError(w, http.StatusServiceUnavailable, "unavailable", public)
 }
 
 // candidates are the healthy upstreams running service, in the order to
@@ -386,7 +433,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	service, _ := req.Context().Value(serviceKey{}).(string)
 	cands := g.candidates(service)
 	if len(cands) == 0 {
-		return nil, fmt.Errorf("%w: no healthy upstream runs the %s", errUnavailable, service)
+		return nil, unavailable(msgNoUpstream, fmt.Errorf("no healthy upstream runs the %s", service))
 	}
 	safe := req.Method == http.MethodGet || req.Method == http.MethodHead
 	var lastErr error
@@ -401,13 +448,13 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if req.Context().Err() != nil {
 			return nil, err
 		}
-		g.markDown(u, err)
+		g.markDown(u, telemetry.StageRequest, err)
 		lastErr = err
 		if !safe {
 			break
 		}
 	}
-	return nil, fmt.Errorf("%w: %s", errUnavailable, lastErr)
+	return nil, unavailable(msgNoUpstream, lastErr)
 }
 
 // send sends req to u, ending it if u is marked down meanwhile.
@@ -498,7 +545,7 @@ func (g *Gateway) answered(req *http.Request, u *upstream, resp *http.Response) 
 	g.log.Info("gateway: waiting for a replica to seal a batch already served", "upstream", u.url.String(), "run", b.run, "batch", b.seq)
 	if err := g.waitSealed(req, u, b); err != nil {
 		g.markDownIf(req, u, err)
-		return nil, fmt.Errorf("%w: run %s batch %d was served before, and %s has not sealed it yet (%v)", errUnavailable, b.run, b.seq, u.url, err)
+		return nil, unavailable(msgNotSealed, fmt.Errorf("run %s batch %d was served before, and %s has not sealed it yet (%w)", b.run, b.seq, u.url, err))
 	}
 	return g.send(req, u)
 }
@@ -541,11 +588,13 @@ func (g *Gateway) waitSealed(req *http.Request, u *upstream, b batchRef) error {
 func (g *Gateway) markDownIf(req *http.Request, u *upstream, err error) {
 	var ne net.Error
 	if req.Context().Err() == nil && (errors.As(err, &ne) || errors.Is(err, context.Canceled)) {
-		g.markDown(u, err)
+		g.markDown(u, telemetry.StageRequest, err)
 	}
 }
 
-// Health is the gateway's view of its upstreams, as GET /healthz shows it.
+// Health is the gateway's view of its upstreams, for the process itself
+// and its tests: GET /healthz shows only its Status (see
+// [Gateway.ServeHealth]).
 type Health struct {
 	Status    string           `json:"status"`
 	Services  []string         `json:"services"`
@@ -588,13 +637,18 @@ func (g *Gateway) Health() (Health, bool) {
 	return h, ok
 }
 
-// ServeHealth answers GET /healthz: 200 when every service is reachable
-// through some upstream, 503 otherwise, with each upstream's state.
+// Codes of GET /healthz's 503.
+const CodeUpstreamsUnavailable = "upstreams_unavailable"
+
+// ServeHealth answers GET /healthz, which needs no token: 200 when every
+// service is reachable through some upstream, 503 with the stable code
+// [CodeUpstreamsUnavailable] otherwise. It names no upstream and no error:
+// those are in the log and in /metrics.
 func (g *Gateway) ServeHealth(w http.ResponseWriter, _ *http.Request) {
-	h, ok := g.Health()
-	status := http.StatusOK
-	if !ok {
-		status = http.StatusServiceUnavailable
+	if _, ok := g.Health(); !ok {
+		httpx.WriteError(w, http.StatusServiceUnavailable, CodeUpstreamsUnavailable,
+			"no upstream serves one of the ledger's services; the gateway's log and /metrics say which and why")
+		return
 	}
-	httpx.WriteJSON(w, status, h)
+	httpx.WriteJSON(w, http.StatusOK, map[string]any{"status": "ok", "services": []string{"gateway"}})
 }

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -81,6 +82,13 @@ type Projector struct {
 	// the state's when Run starts; a record whose run maps to another
 	// partition than the one it was read from is misrouted.
 	partitions int
+
+	// health is why the projector is not folding now (Kafka gone, say),
+	// nil while it folds; see [Projector.Health].
+	health struct {
+		sync.Mutex
+		err error
+	}
 }
 
 // Open opens (or creates) the projector's state.
@@ -140,14 +148,74 @@ const (
 	quietGap     = 2 * time.Millisecond
 )
 
-// Run consumes the owned partitions until ctx ends or a partition fails.
-// Each partition is a stream of its own (package consumer): its windows
-// are folded into the Pebble state and committed with the partition's
-// next offset, in parallel with the other partitions'.
+// Backoff bounds of [Projector.Run] between attempts to fold again after
+// a failure: it doubles from the first to the second.
+const (
+	minRetryBackoff = 250 * time.Millisecond
+	maxRetryBackoff = 5 * time.Second
+)
+
+// Run consumes the owned partitions until ctx ends (then it returns nil)
+// or a failure that no retry can mend. Each partition is a stream of its
+// own (package consumer): its windows are folded into the Pebble state and
+// committed with the partition's next offset, in parallel with the other
+// partitions'.
+//
+// Any other failure — Kafka gone, a broker restarting, a partition
+// without a leader — ends the attempt with nothing committed past the
+// last window, and Run tries again after a backoff, resuming from the
+// stored offsets, until Kafka answers: a process that runs the projector
+// stays up through a Kafka outage, [Projector.Health] saying why it does
+// not fold meanwhile. The failures that stop it are the ones a retry
+// repeats: [ErrPartitionCount], [ErrDecisionTooLarge] and [ErrDiskFull].
 func (p *Projector) Run(ctx context.Context) error {
-	if err := p.checkPartitions(ctx); err != nil {
-		return err
+	backoff := minRetryBackoff
+	for {
+		folding, err := p.runOnce(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err == nil {
+			err = errors.New("projector: the consumer stopped")
+		}
+		p.setHealth(err)
+		if errors.Is(err, ErrPartitionCount) || errors.Is(err, ErrDecisionTooLarge) || errors.Is(err, ErrDiskFull) {
+			return err
+		}
+		if folding {
+			backoff = minRetryBackoff
+		}
+		p.log.Warn("not folding; trying again", "err", err, "backoff", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, maxRetryBackoff)
 	}
+}
+
+// Health is nil while the projector folds (or has not started), and
+// otherwise the failure it is retrying after, or the one it stopped with.
+func (p *Projector) Health() error {
+	p.health.Lock()
+	defer p.health.Unlock()
+	return p.health.err
+}
+
+func (p *Projector) setHealth(err error) {
+	p.health.Lock()
+	defer p.health.Unlock()
+	p.health.err = err
+}
+
+// runOnce is one attempt of Run: it ends at the first failure of any
+// partition. folding reports whether it got as far as consuming.
+func (p *Projector) runOnce(ctx context.Context) (bool, error) {
+	if err := p.checkPartitions(ctx); err != nil {
+		return false, err
+	}
+	var folding atomic.Bool
 	err := consumer.Run(ctx, store{p}, consumer.Options{
 		Kafka:        p.o.Kafka,
 		Topics:       []string{p.o.Kafka.FactsTopic()},
@@ -162,12 +230,14 @@ func (p *Projector) Run(ctx context.Context) error {
 			for tp, next := range from {
 				p.log.Info("consuming", "partition", tp.Partition, "from", next)
 			}
+			folding.Store(true)
+			p.setHealth(nil)
 		},
 	})
 	if err != nil {
-		return fmt.Errorf("projector: %w", err)
+		return folding.Load(), fmt.Errorf("projector: %w", err)
 	}
-	return nil
+	return folding.Load(), nil
 }
 
 // ErrPartitionCount is returned by [Projector.Run] when the facts topic's

@@ -95,7 +95,7 @@ var contract = []string{
 	telemetry.NameIngestRequests, telemetry.NameIngestEvents, telemetry.NameProduceDuration, telemetry.NameConsumerLag,
 	telemetry.NameFactsFolded, telemetry.NameSealLatency, telemetry.NameBatchesSealed, telemetry.NameBatchTurns,
 	telemetry.NameGroupsDropped, telemetry.NameFindings, telemetry.NameDecisionsEmitted, telemetry.NamePGWriteDuration,
-	telemetry.NamePGRowsWritten,
+	telemetry.NamePGRowsWritten, telemetry.NameHealthy, telemetry.NameUpstreamUp, telemetry.NameUpstreamFailures,
 }
 
 // checkNames fails on a rolloutledger_ metric outside the contract, a

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rolloutledger/rolloutledger/internal/auth"
@@ -167,6 +168,13 @@ type Stack struct {
 
 	tel    *telemetry.Telemetry
 	ownTel bool // created by Start, shut down by Shutdown
+
+	// checks are the last outcome of each health check, so that the log
+	// tells when one starts and stops failing.
+	checks struct {
+		sync.Mutex
+		failing map[string]string
+	}
 }
 
 // Start bootstraps the topics, starts the services and begins serving HTTP.
@@ -221,7 +229,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	if gw {
 		// The gateway authenticates nothing itself: it passes every request,
 		// its bearer token included, to a process that checks it.
-		g, err := gateway.New(gateway.Options{Upstreams: o.Upstreams, Logger: log})
+		g, err := gateway.New(gateway.Options{Upstreams: o.Upstreams, Logger: log, Telemetry: s.tel})
 		if err != nil {
 			return abort(err)
 		}
@@ -380,12 +388,61 @@ func (s *Stack) closeWriter() error {
 	return s.writer.Close()
 }
 
+// Codes of GET /healthz's 503.
+const (
+	CodeKafkaUnreachable = "kafka_unreachable"
+	CodeNotFolding       = "projector_not_folding"
+)
+
+// healthz answers GET /healthz, which needs no token: 200 with the
+// services run while they reach Kafka and the projector folds, else 503
+// with a stable code. The answer names no broker and no error: anyone who
+// reaches the port reads it. Why a check fails goes to the log and
+// /metrics (rolloutledger_healthy).
 func (s *Stack) healthz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	if _, err := kafkalog.EndOffsets(ctx, s.opts.Kafka, s.opts.Kafka.FactsTopic()); err != nil {
-		httpx.WriteError(w, http.StatusServiceUnavailable, "kafka_unreachable", err.Error())
+	_, err := kafkalog.EndOffsets(ctx, s.opts.Kafka, s.opts.Kafka.FactsTopic())
+	if r.Context().Err() != nil {
+		return // the prober left: nothing learned
+	}
+	s.noteCheck(ctx, telemetry.CheckKafka, err)
+	if err != nil {
+		httpx.WriteError(w, http.StatusServiceUnavailable, CodeKafkaUnreachable,
+			"the service cannot reach Kafka; its log and /metrics say more")
 		return
 	}
+	if s.proj != nil {
+		err := s.proj.Health()
+		s.noteCheck(ctx, telemetry.CheckProjector, err)
+		if err != nil {
+			httpx.WriteError(w, http.StatusServiceUnavailable, CodeNotFolding,
+				"the projector is not folding, and retries; its log and /metrics say more")
+			return
+		}
+	}
 	httpx.WriteJSON(w, http.StatusOK, map[string]any{"status": "ok", "services": s.opts.Only})
+}
+
+// noteCheck records a health check's outcome in /metrics, and in the log
+// when it starts failing, fails otherwise, or passes again.
+func (s *Stack) noteCheck(ctx context.Context, check string, err error) {
+	s.tel.Metrics.Healthy(ctx, check, err == nil)
+	s.checks.Lock()
+	if s.checks.failing == nil {
+		s.checks.failing = map[string]string{}
+	}
+	was, failed := s.checks.failing[check]
+	if err == nil {
+		delete(s.checks.failing, check)
+	} else {
+		s.checks.failing[check] = err.Error()
+	}
+	s.checks.Unlock()
+	switch {
+	case err != nil && (!failed || was != err.Error()):
+		s.log.Warn("health check failing", "check", check, "brokers", strings.Join(s.opts.Kafka.Brokers, ","), "err", err)
+	case err == nil && failed:
+		s.log.Info("health check passing again", "check", check)
+	}
 }

@@ -46,6 +46,11 @@ that allows it (producer, trainer, reader, admin; see docs/security.md).
 serve refuses to start without tokens unless --insecure is given.
 
 Every process serves GET /healthz and GET /metrics (Prometheus) on --addr.
+/healthz needs no token and answers 200, or 503 with a stable code
+(kafka_unreachable, projector_not_folding, upstreams_unavailable); which
+broker or upstream failed, and why, is in the log and in /metrics. A serve
+running the projector stays up while Kafka is gone, answering 503, and
+folds again once the brokers are back.
 Tracing is off unless the standard OpenTelemetry variables ask for it:
 OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_TRACES_EXPORTER=otlp) sends spans over
 OTLP (OTEL_EXPORTER_OTLP_PROTOCOL http/protobuf or grpc); OTEL_SERVICE_NAME
@@ -112,7 +117,7 @@ service; OTEL_SDK_DISABLED=true turns tracing and the ledger's metrics off.`,
 		case <-cmd.Context().Done():
 			log.Info("shutting down")
 		case err := <-s.Done():
-			log.Error("HTTP server stopped", "err", err)
+			log.Error("a service stopped", "err", err)
 		}
 		ctx, cancel := contextWithTimeout(30 * time.Second)
 		defer cancel()
