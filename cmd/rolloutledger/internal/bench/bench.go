@@ -40,7 +40,7 @@ const (
 )
 
 // Groups lists every group in the order the table shows them.
-var Groups = []string{GroupIngest, GroupProjection, GroupSeal, GroupPostgres, GroupReplay, GroupMemory, GroupTokens, GroupAnalysts}
+var Groups = []string{GroupIngest, GroupProjection, GroupSeal, GroupPostgres, GroupReplay, GroupMemory, GroupTokens, GroupProxy, GroupAnalysts}
 
 // Options configure a benchmark run.
 type Options struct {
@@ -280,6 +280,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		{GroupReplay, replayFigures},
 		{GroupMemory, memoryFigures},
 		{GroupTokens, tokenFigures},
+		{GroupProxy, proxyFigures},
 		{GroupAnalysts, analystsFigures},
 		{GroupReplayMemory, replayMemoryFigures},
 	}

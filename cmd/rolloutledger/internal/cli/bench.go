@@ -46,6 +46,11 @@ reproduces it.
   tokens      the trainer's fetch of a batch into NumPy (Python SDK, --python)
               beside np.load; bytes per token in the facts log, Pebble and
               Postgres (the ingest of 2K-token turns is in the ingest group)
+  proxy       the recording proxy's added latency (chat p50/p99, time to first
+              chunk, delay between chunks) against the same llama-server asked
+              the same requests, and the turns/s it sustains with its spool on
+              (needs scripts/engine's llama-server and tiny model; skipped
+              without them, a failure with CI=true)
   analysts    every query of docs/analysts.md over one run of --analysts-facts facts
               (only when named in --only: it loads tens of millions of rows)
   replay-memory  peak resident memory of replay --verify from an archive at
