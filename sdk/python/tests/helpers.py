@@ -56,6 +56,8 @@ def small_run_events(run: str, *, task: str = "t-1", train_groups: int = 1, sour
     out = [
         ev(rl.RunStarted(config=SMALL_CONFIG, model="toy-1", harness="unit", notes="sdk round trip")),
         ev(rl.TaskRegistered(task=task, source="unit-tests", kind="swe", tier=1, gates=[rl.Gate(name="builds", passed=True)])),
+        ev(rl.VocabularyRegistered(engine="e-0", model="toy-1", size=8, chunk=0, chunks=1, first=0,
+                                   pieces=b"abcdefgh", offsets=[1, 2, 3, 4, 5, 6, 7, 8])),
         ev(rl.GroupStarted(group="probe-1", task=task, size=2, purpose="probe")),
     ]
     for i, passed in enumerate([True, False]):

@@ -308,10 +308,28 @@ def test_every_builder_encodes_canonically():
         rl.GroupClosed(group="g", reason="r"),
         rl.PolicyPublished(version=0, checkpoint="c", digest="d", precision="bf16"),
         rl.GradientApplied(step=1, batch=1, batch_digest="d", from_version=0, to_version=1, loss=-0.0, trained_tokens=0, truncated_fraction=0, logprob_gap={0: 0.05}, grad_norm=0),
+        rl.VocabularyRegistered(engine="vllm", model="m", size=4, chunk=0, chunks=1, first=0, pieces=b"ab\x00c", offsets=[1, 2, 3, 4]),
+        # Version 3: a child turn sharing 3 prompt tokens with turn 0; a
+        # greedy temperature and parent 0 are values, not absent.
+        rl.TurnGenerated(attempt="a", turn=1, policy_version=0, prompt_tokens=5, completion_tokens=1, observation_token_ids=[7, 8],
+                         token_ids=[9], logprobs=[-0.5], finish="abort", latency_ms=1, parent=0, prefix_tokens=3,
+                         sampling=rl.Sampling(temperature=0.0, seed=-1), engine=rl.EngineInfo(name="vllm"), tags=["client_cut", "refused"]),
+        rl.ToolCalled(attempt="a", turn=0, call=1, tool="bash", exit_code=0, duration_ms=0, output_bytes=0, call_id="call_1", exit_unknown=True),
     ]
     assert {f.TYPE for f in facts} == set(rl.FACT_TYPES)
     for f in facts:
         rec = rl.Event("run-1", f, source="w").encode()
         assert rl.validate_body(rec)[0].encode() == rec
+    v3 = json.loads(rl.Event("run-1", facts[-2], source="w").encode())
+    assert v3["v"] == 3 and v3["data"]["parent"] == 0 and v3["data"]["sampling"] == {"temperature": 0, "seed": -1}
+    assert json.loads(rl.Event("run-1", facts[4], source="w").encode())["v"] == 2  # a plain turn stays at version 2
+    with pytest.raises(rl.ValidationError) as e:
+        rl.TurnGenerated(attempt="a", turn=1, policy_version=0, prompt_tokens=6, completion_tokens=0, observation_token_ids=[7, 8],
+                         finish="stop", latency_ms=1, parent=0, prefix_tokens=3).validate()
+    assert e.value.field == "data.observation_token_ids"
+    with pytest.raises(rl.ValidationError) as e:
+        rl.TurnGenerated(attempt="a", turn=1, policy_version=0, prompt_tokens=5, completion_tokens=0, finish="stop", latency_ms=1,
+                         tags=["refused", "client_cut"]).validate()
+    assert e.value.field == "data.tags[1]"
     assert rl.RunStarted(model="m", harness="h").validate().config == rl.RunConfig()
     assert rl.RunConfig(batch_groups=2).effective()["batch_groups"] == 2

@@ -203,6 +203,17 @@ def test_go_number_words():
 # Invalid vectors a plain JSON Schema validator accepts, and why: what the
 # schema leaves to the x-rolloutledger keywords and the formats.
 NOT_EXPRESSIBLE = {
+    "v3/parent not before the turn": "a bound set by another field (turn)",
+    "v3/prefix_tokens without parent": "an optional integer's zero is absent to the rule, present to dependentRequired",
+    "v3/prefix_tokens over prompt_tokens": "a bound set by another field (prompt_tokens)",
+    "v3/observation not the new prompt tokens": "a length set by two fields (prompt_tokens - prefix_tokens)",
+    "v3/first turn observation not the whole prompt": "a length set by two fields (prompt_tokens - prefix_tokens)",
+    "v3/diverged not before the turn": "a bound set by a field of the enclosing object (turn)",
+    "v3/tags unsorted": "sorted order (uniqueItems says only unique)",
+    "v3/vocabulary chunk past chunks": "a bound set by another field (chunks)",
+    "v3/vocabulary first past size": "a bound set by another field (size)",
+    "v3/vocabulary offsets overrun size": "an array length bound by two fields (size - first) inside binary",
+    "v3/vocabulary pieces without offsets": "binary strings are absent when empty: dependentRequired cannot say it",
     **{
         f"surrogate/{name}": "a lone surrogate escape, which a plain parser reads into the string"
         for name in ("lone high", "lone low", "high then not low", "high then high", "high at the end",

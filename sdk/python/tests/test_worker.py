@@ -96,3 +96,36 @@ def test_infrastructure_failure_and_worker_bug(ledger, run_id):
             a6.turn(policy_version=0, prompt_tokens=1, token_ids=[1, 2], logprobs=[-0.1], finish="stop")
     assert ei.value.field == "data.logprobs"
     ledger.flush()
+
+
+def test_whole_sequences_with_prompt_ids(ledger, run_id):
+    """Turns given their whole prompt ids are written as version 3: the
+    first carries its whole prompt, a turn extending the previous one only
+    its new tokens, a rewritten context its whole prompt again. The batch's
+    samples hold every token of each sequence from the first prompt token,
+    with the sampling temperature, in NDJSON and Arrow alike."""
+    setup_run(ledger, run_id)
+    ledger.emit(run_id, rl.GroupStarted(group="g", task="t", size=2, purpose="train"))
+    hot = rl.Sampling(temperature=0.5)
+    with ledger.attempt(run_id, attempt="g/0", group="g", task="t", engine="e-1", vm="vm-1") as att:
+        att.turn(policy_version=0, prompt_ids=[1, 2, 3], token_ids=[4, 5], logprobs=[-0.5, -0.25], finish="tool_call", sampling=hot)
+        att.turn(policy_version=0, prompt_ids=[1, 2, 3, 4, 5, 6], token_ids=[7], logprobs=[-1.0], finish="tool_call", sampling=hot)
+        att.turn(policy_version=0, prompt_ids=[9, 10], token_ids=[11], logprobs=[-2.0], finish="stop")
+    with ledger.attempt(run_id, attempt="g/1", group="g", task="t", engine="e-1", vm="vm-2") as att1:
+        att1.turn(policy_version=0, prompt_tokens=3, token_ids=[1], logprobs=[-1.0], finish="stop")
+    ledger.emit(run_id, rl.RewardComputed(attempt="g/0", passed=True, tests_passed=1, tests_total=1, verifier="v"))
+    ledger.emit(run_id, rl.RewardComputed(attempt="g/1", passed=False, tests_passed=0, tests_total=1, verifier="v"))
+    turns = [e for e in att.events if e.type == "turn.generated"]
+    assert [e.v for e in turns] == [3, 3, 3]
+    assert turns[1].data.parent == 0 and turns[1].data.prefix_tokens == 5 and list(turns[1].data.observation_token_ids) == [6]
+    assert turns[2].data.parent is None and turns[2].data.diverged == rl.Divergence(turn=1, at=0)
+    ledger.flush()
+    (b,) = list(ledger.batches(run_id, max_batches=1, wait=10))
+    for fmt in ("ndjson", "arrow"):
+        s = ledger.samples(run_id, b.seq, format=fmt, verify_digest=True)
+        first = [x for x in s if x.attempt == "g/0"]
+        assert [x.segment for x in first] == [0, 1]
+        assert first[0].token_ids.tolist() == [1, 2, 3, 4, 5, 6, 7]
+        assert first[0].loss_mask.tolist() == [0, 0, 0, 1, 1, 0, 1]
+        assert first[0].temperatures.tolist() == [0.5] * 7
+        assert first[1].token_ids.tolist() == [9, 10, 11] and first[1].temperatures.tolist() == [1, 1, 1]

@@ -15,6 +15,7 @@ so that a new kind of rule fails loudly instead of being skipped.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass, field as dc_field
@@ -24,12 +25,13 @@ from . import errors as E
 from ._time import parse_at
 
 # The version of the schema's own keywords this module implements.
-VOCABULARY = 2
+VOCABULARY = 3
 
 # Field kinds. INT32LE and FLOAT32LE are binary: a base64 string of
-# little-endian values (x-rolloutledger-binary).
-STR, BOOL, INT, FLOAT, INT32S, FLOAT32S, FLOATS, FMAP, STRUCT, STRUCTS, RAW, INT32LE, FLOAT32LE = range(13)
-BINARY = {"int32le": INT32LE, "float32le": FLOAT32LE}
+# little-endian values (x-rolloutledger-binary); BYTES a base64 string of
+# bytes. STRS is an array of strings, each checked by the field's ``elem``.
+STR, BOOL, INT, FLOAT, INT32S, FLOAT32S, FLOATS, FMAP, STRUCT, STRUCTS, RAW, INT32LE, FLOAT32LE, BYTES, STRS = range(15)
+BINARY = {"int32le": INT32LE, "float32le": FLOAT32LE, "bytes": BYTES}
 
 
 class SchemaError(RuntimeError):
@@ -54,6 +56,7 @@ class Rule:
     enum: tuple | None = None
     format: str | None = None
     minItems: object = None
+    maxItems: object = None
     items: str | None = None
     first: object = None
     ascending: bool = False
@@ -80,6 +83,10 @@ class Field:
     keys: "Field | None" = None
     sub: "Spec | None" = None
     default: object = None
+    # keep_zero: an optional property whose zero is a value
+    # (x-rolloutledger-keepZero); elem: the element of a STRS array.
+    keep_zero: bool = False
+    elem: "Field | None" = None
 
 
 @dataclass(frozen=True)
@@ -121,7 +128,7 @@ _OBJECT_KEYS = {
 }
 _RULE_KEYS = (set(Rule.__dataclass_fields__) - {"from_"}) | {"from"}
 _BINARY_KEYS = {"type", "contentEncoding", "pattern", "x-rolloutledger-binary", "x-rolloutledger-items"}
-_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "length", "minItems", "first")
+_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "length", "minItems", "maxItems", "first")
 _ROOT_KEYS = {
     "$schema",
     "$id",
@@ -191,6 +198,14 @@ class _Compiler:
 
     def _field(self, name: str, node: dict, optional: bool, where: str) -> Field:
         node, ref = self._deref(node, where)
+        if "x-rolloutledger-keepZero" in node:
+            if node["x-rolloutledger-keepZero"] is not True or not optional:
+                raise SchemaError(f"{where}: x-rolloutledger-keepZero is true on an optional property")
+            node = {k: x for k, x in node.items() if k != "x-rolloutledger-keepZero"}
+            f = self._field(name, node, optional, where)
+            if f.kind not in (INT, FLOAT, STR, BOOL):
+                raise SchemaError(f"{where}: x-rolloutledger-keepZero on a non-scalar")
+            return dataclasses.replace(f, keep_zero=True)
         default = node.get("default")
         typ = node.get("type")
         if typ == "object" and "properties" in node:
@@ -203,6 +218,10 @@ class _Compiler:
             fmt = node["x-rolloutledger-binary"]
             if fmt not in BINARY or node.get("contentEncoding") != "base64":
                 raise SchemaError(f"{where}: binary {fmt!r} is not implemented")
+            if fmt == "bytes":
+                if "x-rolloutledger-items" in node:
+                    raise SchemaError(f"{where}: bytes have no x-rolloutledger-items")
+                return Field(name, BYTES, optional)
             items = node["x-rolloutledger-items"]
             kind, bits = self._number(items, where + "[]")
             if (kind, bits) != {"int32le": (INT, 32), "float32le": (FLOAT, 32)}[fmt]:
@@ -221,6 +240,8 @@ class _Compiler:
             items, iref = self._deref(node["items"], where + "[]")
             if items.get("type") == "object":
                 return Field(name, STRUCTS, optional, sub=self.spec(iref), default=default)
+            if items.get("type") == "string":
+                return Field(name, STRS, optional, elem=self._string("", items, False, where + "[]", iref), default=default)
             kind, bits = self._number(items, where + "[]")
             kinds = {(INT, 32): INT32S, (FLOAT, 32): FLOAT32S, (FLOAT, 64): FLOATS}
             if (kind, bits) not in kinds:
@@ -270,12 +291,24 @@ class _Compiler:
                 raise SchemaError(f"{where}: {name!r} is not a property")
         for k in _BOUNDS:
             if isinstance(node.get(k), dict):
-                self._keys(node[k], {"field", "scale", "offset"}, f"{where} {k}")
+                self._keys(node[k], {"field", "scale", "offset", "minus"}, f"{where} {k}")
+                if "minus" in node[k] and node[k]["minus"] not in props:
+                    raise SchemaError(f"{where}: {node[k]['minus']!r} is not a property")
         if "items" in node:
             items, ref = self._deref(props[node["field"]], where)
-            member_of, _ = self._deref(items.get("items", {}), where)
-            if items.get("type") != "array" or node["items"] not in member_of.get("properties", {}):
+            if items.get("type") == "object":
+                member_of = items  # one object: the rule checks its member
+            else:
+                member_of, _ = self._deref(items.get("items", {}), where)
+            if items.get("type") not in ("array", "object") or node["items"] not in member_of.get("properties", {}):
                 raise SchemaError(f"{where}: {node['items']!r} is not a member of the objects of {node['field']!r}")
+        elif node.get("ascending"):
+            items, _ = self._deref(props[node["field"]], where)
+            elem, _ = self._deref(items.get("items", {}), where)
+            if items.get("type") != "array" or elem.get("type") not in ("string", "integer", "number"):
+                raise SchemaError(f"{where}: ascending without items needs an array of strings or numbers")
+            if any(k in node for k in ("first", "from")):
+                raise SchemaError(f"{where}: first and from need items")
         elif any(k in node for k in ("first", "ascending", "from")):
             raise SchemaError(f"{where}: first, ascending and from need items")
         if node.get("code", E.INVALID_VALUE) not in E.CODES:

@@ -41,6 +41,7 @@ from ._json import (
 )
 from ._schema import (
     BOOL,
+    BYTES,
     CATALOGUE,
     ENVELOPE,
     FACTS,
@@ -55,6 +56,7 @@ from ._schema import (
     INT32S,
     RAW,
     STR,
+    STRS,
     STRUCT,
     STRUCTS,
     Field,
@@ -77,9 +79,11 @@ _WANT = {
     FMAP: "an object of numbers",
     INT32LE: "a base64 string of int32le values",
     FLOAT32LE: "a base64 string of float32le values",
+    BYTES: "a base64 string of bytes values",
+    STRS: "an array of strings",
 }
 _SCALARS = (STR, BOOL, INT, FLOAT)
-_ARRAYS = (INT32S, FLOAT32S, FLOATS, FMAP, INT32LE, FLOAT32LE)
+_ARRAYS = (INT32S, FLOAT32S, FLOATS, FMAP, INT32LE, FLOAT32LE, BYTES, STRS)
 
 
 # --- decoding: wire formats --------------------------------------------------
@@ -349,6 +353,26 @@ def _decode_value(v, f: Field, path: str):
         return [decode_object(item, f.sub, f"{path}[{i}]") for i, item in enumerate(v)]
     if kind in (INT32LE, FLOAT32LE):
         return _decode_binary(v, f, path)
+    if kind == BYTES:
+        if not isinstance(v, str):
+            raise _err(E.WRONG_TYPE, path, f"want {_WANT[kind]}, got {_kind(v)}")
+        if v == "":
+            return None
+        b = _b64decode(v)
+        if b is None:
+            raise _err(E.INVALID_VALUE, path, _b64_problem(v))
+        return b
+    if kind == STRS:
+        if not isinstance(v, (list, tuple)):
+            raise _err(E.WRONG_TYPE, path, f"want {_WANT[kind]}, got {_kind(v)}")
+        for i, x in enumerate(v):
+            if x is None:
+                raise _err(E.WRONG_TYPE, f"{path}[{i}]", "null is not allowed")
+            if not isinstance(x, str):
+                raise _err(E.WRONG_TYPE, path, f"want {_WANT[kind]}, got an array holding {_kind(x)}")
+        for i, x in enumerate(v):
+            check_string(x, f.elem, f"{path}[{i}]")
+        return list(v)
     if kind == FMAP and getattr(v, "dups", None):
         k = v.dups[0][0]
         raise _err(E.DUPLICATE_FIELD, f"{path}.{k}", f"key {k!r} is given more than once")
@@ -566,7 +590,7 @@ def _get(values: dict, spec: Spec, name: str):
 
 
 def _zero_is_absent(f: Field, v) -> bool:
-    if not f.optional or f.default is not None or f.kind not in _SCALARS:
+    if not f.optional or f.default is not None or f.keep_zero or f.kind not in _SCALARS:
         return False
     if f.kind == FLOAT:
         return v == 0 and math.copysign(1.0, v) > 0
@@ -585,6 +609,9 @@ def _bound(b, values: dict, spec: Spec):
     x = _get(values, spec, b["field"])
     if x is _ABSENT:
         return _ABSENT
+    if "minus" in b:
+        m = _get(values, spec, b["minus"])
+        return int(x) - (0 if m is _ABSENT else int(m))
     scale, offset = b.get("scale", 1), b.get("offset", 0)
     if scale == 1 and offset == 0:
         return x
@@ -616,6 +643,9 @@ def _violated(r: Rule, v, values: dict, spec: Spec) -> bool:
     n = _bound(r.minItems, values, spec)
     if n is not _ABSENT and len(v) < n:
         return True
+    n = _bound(r.maxItems, values, spec)
+    if n is not _ABSENT and len(v) > n:
+        return True
     if r.interval is not None and len(v) == 2:
         lo, hi = float(v[0]), float(v[1])
         if lo < r.interval[0] or hi > r.interval[1] or lo > hi:
@@ -642,6 +672,13 @@ def _check_rule(r: Rule, values: dict, spec: Spec, path: str) -> E.ValidationErr
             return _err(r.code, fpath, f"{v[:64]!r} is not a {r.format}: {why}")
     if r.items is not None:
         return _check_items(r, v, values, spec, fpath)
+    if r.ascending:
+        # Sorted and unique; strings compare by their UTF-8 bytes, as Go's do.
+        for j in range(1, len(v)):
+            a, b = v[j - 1], v[j]
+            if not (a.encode("utf-8") < b.encode("utf-8") if isinstance(a, str) else _less(a, b)):
+                return _err(r.code, f"{fpath}[{j}]", _render(r, values, spec, v, item=(j, b, a)))
+        return None
     if r.propertyNames is not None:
         for k in sorted(v):
             if r.propertyNames.match(k) is None:
@@ -652,7 +689,17 @@ def _check_rule(r: Rule, values: dict, spec: Spec, path: str) -> E.ValidationErr
 
 
 def _check_items(r: Rule, v, values: dict, spec: Spec, path: str) -> E.ValidationError | None:
-    """A rule over the member r.items of each element of the array v."""
+    """A rule over the member r.items of each element of the array v (or
+    of the one object v)."""
+    if isinstance(v, dict):
+        x = v[r.items]
+        bad = False
+        if r.first is not None:
+            b = _bound(r.first, values, spec)
+            bad = b is not _ABSENT and (_less(x, b) or _less(b, x))
+        if bad or _out_of_bounds(r, x, values, spec):
+            return _err(r.code, f"{path}.{r.items}", _render(r, values, spec, v, item=(0, x, 0)))
+        return None
     prev = 0
     for j, el in enumerate(v):
         x = el[r.items]
@@ -866,6 +913,10 @@ def _encode_value(v, f: Field) -> str:
         return "{" + ",".join(encode_string(k) + ":" + format_float(v[k], 64) for k in sorted(v)) + "}"
     if kind in (INT32LE, FLOAT32LE):
         return '"' + encode_binary(v, kind) + '"'
+    if kind == BYTES:
+        return '"' + base64.b64encode(bytes(v)).decode("ascii") + '"'
+    if kind == STRS:
+        return "[" + ",".join(encode_string(x) for x in v) + "]"
     if kind == STRUCT:
         return encode_values(v, f.sub)
     if kind == STRUCTS:

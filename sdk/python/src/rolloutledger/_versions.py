@@ -54,14 +54,59 @@ def _add(names: tuple):
     return lambda d: {**d, **{n: None for n in names}}
 
 
+# What version 3 of turn.generated adds (docs/design.md §18.9).
+_TURN_V3 = ("parent", "prefix_tokens", "diverged", "prompt_ids_from", "ids_from", "sampling", "engine", "tags")
+
+
+def _turn_v2_up(d: dict) -> dict:
+    out = {**d, **{n: None for n in _TURN_V3}}
+    out["version_segments"] = [{**s, "known": None} for s in d["version_segments"]]
+    return out
+
+
+def _present(x) -> bool:
+    return x is not None and not (isinstance(x, (str, list, tuple)) and len(x) == 0)
+
+
+def _turn_v2_down(d: dict) -> dict:
+    for name in _TURN_V3:
+        if _present(d.get(name)) and not (name == "prefix_tokens" and d.get(name) == 0):
+            raise _not_in("turn.generated", 2, "parent" if name == "prefix_tokens" else name,
+                          {"parent": "no parent", "prefix_tokens": "no parent", "diverged": "no divergence",
+                           "sampling": "no sampling parameters", "engine": "no engine", "tags": "no tags"}.get(name, f"no {name}"))
+    if d.get("finish") == "abort":
+        raise _not_in("turn.generated", 2, "finish", "no finish reason abort")
+    segs = d.get("version_segments")
+    if isinstance(segs, list):
+        for i, s in enumerate(segs):
+            if isinstance(s, dict) and _present(s.get("known")):
+                raise _not_in("turn.generated", 2, f"version_segments[{i}].known", "no known")
+        segs = [{k: x for k, x in s.items() if k != "known"} if isinstance(s, dict) else s for s in segs]
+    return {**{k: x for k, x in d.items() if k not in _TURN_V3}, "version_segments": segs}
+
+
+_TOOL_V3 = ("call_id", "unanswered", "exit_unknown")
+
+
+def _tool_v2_down(d: dict) -> dict:
+    for name in _TOOL_V3:
+        if d.get(name):
+            raise _not_in("tool.called", 2, name, f"no {name}")
+    return {k: x for k, x in d.items() if k not in _TOOL_V3}
+
+
 # (type, version) -> the step between that version and the next.
 UP = {
     ("turn.generated", 1): _turn_up,
+    ("turn.generated", 2): _turn_v2_up,
     ("tool.called", 1): _add(("input", "input_cut", "output", "output_cut")),
+    ("tool.called", 2): _add(_TOOL_V3),
     ("task.registered", 1): _add(("prompt", "prompt_cut")),
 }
 DOWN = {
     ("turn.generated", 1): _turn_down,
+    ("turn.generated", 2): _turn_v2_down,
+    ("tool.called", 2): _tool_v2_down,
     ("tool.called", 1): _texts_down("tool.called", (("input", "input_cut"), ("output", "output_cut"))),
     ("task.registered", 1): _texts_down("task.registered", (("prompt", "prompt_cut"),)),
 }

@@ -26,6 +26,7 @@ out are added to its ``*_cut`` field.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import os
 from dataclasses import InitVar, dataclass, field
@@ -51,6 +52,10 @@ __all__ = [
     "AttemptStarted",
     "TurnGenerated",
     "VersionSegment",
+    "KnownVersionSegment",
+    "Divergence",
+    "Sampling",
+    "EngineInfo",
     "ToolCalled",
     "ContextCompacted",
     "AttemptFinished",
@@ -59,6 +64,7 @@ __all__ = [
     "GroupClosed",
     "PolicyPublished",
     "GradientApplied",
+    "VocabularyRegistered",
     "FACT_TYPES",
     "Event",
     "fact_class",
@@ -106,6 +112,51 @@ class VersionSegment(NamedTuple):
 
     start: int
     policy_version: int
+
+
+class KnownVersionSegment(NamedTuple):
+    """A version segment of a turn.generated version 3 that says how its
+    version was known: ``known`` is "engine", "observed" or "bracketed". A
+    plain ``(start, policy_version, known)`` tuple does as well."""
+
+    start: int
+    policy_version: int
+    known: str
+
+
+@dataclass(**_kw)
+class Divergence:
+    """Where a turn's prompt stops extending the sequence of an earlier
+    ``turn``: the first token index ``at`` where the two differ."""
+
+    turn: int
+    at: int
+
+
+@dataclass(**_kw)
+class Sampling:
+    """A turn's effective sampling parameters; None when not known. A
+    temperature of 0 (greedy) is a value."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    logprobs_mode: str | None = None
+
+
+@dataclass(**_kw)
+class EngineInfo:
+    """The inference engine that generated a turn (``name`` an id such as
+    "vllm", "sglang", "llamacpp")."""
+
+    name: str
+    version: str | None = None
 
 
 # The text fields of each fact type, with the field counting the bytes cut
@@ -171,8 +222,13 @@ def _element(x, spec: S.Spec):
     (or NumPy row) of its members in order."""
     if dataclasses.is_dataclass(x):
         return _attrs(x, spec)
-    if isinstance(x, (tuple, list, np.ndarray)) and len(x) == len(spec.fields):
-        return {f.name: _plain(m) for f, m in zip(spec.fields, list(x))}
+    if isinstance(x, (tuple, list, np.ndarray)) and 0 < len(x) <= len(spec.fields):
+        # Trailing members may be left out: (start, policy_version) is a
+        # version segment whose known is absent.
+        out = {f.name: _plain(m) for f, m in zip(spec.fields, list(x))}
+        for f in spec.fields[len(x) :]:
+            out.setdefault(f.name, None)
+        return out
     return x
 
 
@@ -210,6 +266,12 @@ def _wire(values: dict, spec: S.Spec) -> dict:
             v = {**{k: x for k, x in v.items() if k not in f.sub.by_name}, **_wire(v, f.sub)}
         elif f.kind in (S.INT32LE, S.FLOAT32LE) and not isinstance(v, str):
             v = _binary(v, f, "data." + f.name)
+        elif f.kind == S.BYTES and isinstance(v, (bytes, bytearray, memoryview)):
+            v = base64.b64encode(bytes(v)).decode("ascii")
+        elif f.kind == S.STRS and isinstance(v, tuple):
+            v = list(v)
+        elif f.kind == S.STRUCTS and isinstance(v, list):
+            v = [_wire(x, f.sub) if isinstance(x, dict) else x for x in v]
         out[f.name] = v
     return out
 
@@ -259,7 +321,13 @@ def _from_values(fact_type: str, values: dict) -> Fact:
     elif fact_type == "task.registered":
         kw["gates"] = [Gate(**g) for g in kw["gates"]]
     elif fact_type == "turn.generated":
-        kw["version_segments"] = [VersionSegment(**s) for s in kw["version_segments"]]
+        kw["version_segments"] = [
+            VersionSegment(s["start"], s["policy_version"]) if s.get("known") is None else KnownVersionSegment(**s)
+            for s in kw["version_segments"]
+        ]
+        for name, sub in (("diverged", Divergence), ("sampling", Sampling), ("engine", EngineInfo)):
+            if kw.get(name) is not None:
+                kw[name] = sub(**kw[name])
     return cls(**kw)
 
 
@@ -269,10 +337,10 @@ def _values(fact: Fact) -> dict:
     out = {}
     for f in S.FACTS[fact.TYPE].fields:
         v = getattr(fact, f.name)
-        if f.kind == S.STRUCT:
+        if f.kind == S.STRUCT and v is not None:
             v = {g.name: getattr(v, g.name) for g in f.sub.fields}
         elif f.kind == S.STRUCTS:
-            v = [{g.name: getattr(x, g.name) for g in f.sub.fields} for x in v]
+            v = [{g.name: getattr(x, g.name, None) for g in f.sub.fields} for x in v]
         out[f.name] = v
     return out
 
@@ -340,7 +408,18 @@ class TurnGenerated(Fact):
     entries each; ``observation_token_ids`` are the tool output tokens
     appended before this turn. ``text`` is the completion's text (cut to
     64 KiB, ``text_cut`` counting the bytes left out). ``finish`` is
-    "tool_call", "stop" or "length"."""
+    "tool_call", "stop", "length" or (version 3) "abort".
+
+    Version 3 (docs/design.md §18.9) records whole sequences: a turn
+    without ``parent`` carries its whole prompt in
+    ``observation_token_ids``; one with a ``parent`` (the earlier turn whose
+    prompt and completion are the longest prefix of this prompt) shares
+    ``prefix_tokens`` prompt tokens with it, and its
+    ``observation_token_ids`` are the other ``prompt_tokens -
+    prefix_tokens``. ``sampling`` carries the temperature the samples
+    report; ``tags`` (sorted) may hold "refused", which keeps the attempt
+    out of training. A turn is written at version 3 when it sets any of
+    these fields (or ``Event(v=3)``), else at version 2 as before."""
 
     TYPE: ClassVar[str] = "turn.generated"
     attempt: str
@@ -356,7 +435,28 @@ class TurnGenerated(Fact):
     text_cut: int | None = None
     finish: str
     latency_ms: int
+    parent: int | None = None
+    prefix_tokens: int | None = None
+    diverged: Divergence | None = None
+    prompt_ids_from: str | None = None
+    ids_from: str | None = None
+    sampling: Sampling | None = None
+    engine: EngineInfo | None = None
+    tags: Sequence[str] | None = None
     policy_version: InitVar[int | None] = None
+
+    # The fields version 3 adds; a turn setting none of them is written at
+    # version 2 by default.
+    V3_FIELDS: ClassVar[tuple] = ("parent", "prefix_tokens", "diverged", "prompt_ids_from", "ids_from", "sampling", "engine", "tags")
+
+    def needs_v3(self) -> bool:
+        """Whether the turn uses what version 3 adds."""
+        if any(getattr(self, n) not in (None, [], ()) for n in self.V3_FIELDS) or self.finish == "abort":
+            return True
+        segs = self.version_segments
+        return isinstance(segs, (list, tuple)) and any(
+            isinstance(s, (tuple, list)) and len(s) > 2 and s[2] is not None for s in segs
+        )
 
     def __post_init__(self, policy_version):
         if policy_version is not None:
@@ -386,6 +486,13 @@ class ToolCalled(Fact):
     input_cut: int | None = None
     output: str | None = None
     output_cut: int | None = None
+    call_id: str | None = None
+    unanswered: bool | None = None
+    exit_unknown: bool | None = None
+
+    def needs_v3(self) -> bool:
+        """Whether the call uses what version 3 adds."""
+        return bool(self.call_id or self.unanswered or self.exit_unknown)
 
 
 @dataclass(**_fkw)
@@ -469,6 +576,25 @@ class GradientApplied(Fact):
     grad_norm: float
 
 
+@dataclass(**_fkw)
+class VocabularyRegistered(Fact):
+    """One chunk of an engine's vocabulary (docs/design.md §18.10): the
+    pieces of tokens ``first`` to ``first + len(offsets) - 1``, ``pieces``
+    their bytes concatenated and ``offsets`` the end of each token's piece
+    in them. Register it once per run, in ``chunks`` chunks numbered from
+    0, each within the record limit; the projections ignore it."""
+
+    TYPE: ClassVar[str] = "vocabulary.registered"
+    engine: str
+    model: str
+    size: int
+    chunk: int
+    chunks: int
+    first: int
+    pieces: bytes | None = None
+    offsets: Sequence[int] | np.ndarray | None = None
+
+
 FACT_TYPES: dict[str, type[Fact]] = {
     cls.TYPE: cls
     for cls in (
@@ -485,6 +611,7 @@ FACT_TYPES: dict[str, type[Fact]] = {
         GroupClosed,
         PolicyPublished,
         GradientApplied,
+        VocabularyRegistered,
     )
 }
 
@@ -538,7 +665,12 @@ class Event:
         self.at = at_from(at)
         self.type = data.TYPE if type is None else type
         if v is None:
-            v = S.version_for(self.type, fact_version if fact_version is not None else default_fact_version())
+            limit = fact_version if fact_version is not None else default_fact_version()
+            if isinstance(data, (TurnGenerated, ToolCalled)) and not data.needs_v3():
+                # Version 3 is a recording proxy's shape (whole prompts);
+                # a fact that uses none of it keeps version 2's.
+                limit = 2 if limit is None else min(limit, 2)
+            v = S.version_for(self.type, limit)
         self.v = v
 
     def __repr__(self) -> str:

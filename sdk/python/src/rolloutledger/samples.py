@@ -96,6 +96,9 @@ class Sample:
     rollout_logprobs: np.ndarray  # float32
     policy_versions: np.ndarray  # int64
     advantage: float
+    # float32, each token's sampling temperature (1 where the turn did not
+    # say); None in a batch of rule version 3 or older, which has none.
+    temperatures: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.token_ids.shape[0])
@@ -118,7 +121,14 @@ class Sample:
             "rollout_logprobs": _tensor(torch, self.rollout_logprobs, device),
             "policy_versions": _tensor(torch, self.policy_versions, device),
             "advantages": _tensor(torch, self.advantages, device),
+            **({} if self.temperatures is None else {"temperatures": _tensor(torch, self.temperatures, device)}),
         }
+
+
+_TEMPERATURES = np.dtype("<f4")
+# Bit 63 of a sample's token count in the canonical form: the sample
+# carries temperatures.
+_WITH_TEMPERATURES = 1 << 63
 
 
 class SampleBatch(Sequence[Sample]):
@@ -126,7 +136,9 @@ class SampleBatch(Sequence[Sample]):
     ``token_ids`` (int32), ``loss_mask`` (uint8), ``rollout_logprobs``
     (float32) and ``policy_versions`` (int64) of every sample end to end,
     ``offsets`` (int64, n+1) where each sample starts, and per sample
-    ``groups``, ``attempts``, ``segments`` and ``sample_advantages``.
+    ``groups``, ``attempts``, ``segments`` and ``sample_advantages``;
+    ``temperatures`` (float32, each token's sampling temperature) from rule
+    version 4 on, else None.
     ``source`` says how they arrived: "arrow" or "ndjson"."""
 
     def __init__(self, samples: list[Sample] | None = None, *, columns: dict[str, Any] | None = None,
@@ -142,7 +154,15 @@ class SampleBatch(Sequence[Sample]):
                 parts = [np.asarray(getattr(s, name), dtype=_DTYPES[name]) for s in samples]
                 return np.concatenate(parts) if parts else np.zeros(0, dtype=_DTYPES[name])
 
+            temps = [s.temperatures for s in samples]
+            if samples and all(t is not None for t in temps):
+                temperatures = np.concatenate([np.asarray(t, dtype=_TEMPERATURES) for t in temps])
+            elif any(t is not None for t in temps):
+                raise E.LedgerError("samples: some samples carry temperatures and some do not")
+            else:
+                temperatures = None
             columns = {
+                "temperatures": temperatures,
                 "groups": [s.group for s in samples],
                 "attempts": [s.attempt for s in samples],
                 "segments": np.array([s.segment for s in samples], dtype=np.int64),
@@ -159,6 +179,7 @@ class SampleBatch(Sequence[Sample]):
         self.loss_mask: np.ndarray = columns["loss_mask"]
         self.rollout_logprobs: np.ndarray = columns["rollout_logprobs"]
         self.policy_versions: np.ndarray = columns["policy_versions"]
+        self.temperatures: np.ndarray | None = columns.get("temperatures")
         n = len(self.groups)
         if not (len(self.attempts) == len(self.segments) == len(self.sample_advantages) == n and len(self.offsets) == n + 1):
             raise E.LedgerError(f"samples: per-sample columns of unequal length ({n} groups, {len(self.offsets)} offsets)")
@@ -167,6 +188,9 @@ class SampleBatch(Sequence[Sample]):
             a = getattr(self, name)
             if a.dtype != dt or a.ndim != 1 or len(a) != total:
                 raise E.LedgerError(f"samples: column {name} is {a.dtype}[{len(a)}], want {dt}[{total}]")
+        t = self.temperatures
+        if t is not None and (t.dtype != _TEMPERATURES or t.ndim != 1 or len(t) != total):
+            raise E.LedgerError(f"samples: column temperatures is {t.dtype}[{len(t)}], want float32[{total}]")
         self._samples: list[Sample] | None = None
         # The NDJSON body as served, when the samples came as NDJSON: what a
         # rule version 1 batch's digest covers.
@@ -187,6 +211,7 @@ class SampleBatch(Sequence[Sample]):
                     rollout_logprobs=self.rollout_logprobs[o[i]:o[i + 1]],
                     policy_versions=self.policy_versions[o[i]:o[i + 1]],
                     advantage=float(self.sample_advantages[i]),
+                    temperatures=None if self.temperatures is None else self.temperatures[o[i]:o[i + 1]],
                 )
                 for i in range(len(self.groups))
             ]
@@ -248,6 +273,7 @@ class SampleBatch(Sequence[Sample]):
             "attention_mask": valid.astype(np.uint8),
             "rollout_logprobs": place(self.rollout_logprobs, 0, np.float32),
             "policy_versions": place(self.policy_versions, -1, np.int64),
+            **({} if self.temperatures is None else {"temperatures": place(self.temperatures, 1, np.float32)}),
             "token_advantages": place(adv, 0, np.float32),
             "advantages": self.sample_advantages.astype(np.float64),
             "lengths": lengths,
@@ -262,6 +288,7 @@ class SampleBatch(Sequence[Sample]):
             "loss_mask": self.loss_mask,
             "rollout_logprobs": self.rollout_logprobs,
             "policy_versions": self.policy_versions,
+            **({} if self.temperatures is None else {"temperatures": self.temperatures}),
             "token_advantages": self.token_advantages(),
             "advantages": self.sample_advantages.astype(np.float64),
             "cu_seqlens": self.offsets.astype(np.int64),
@@ -290,11 +317,15 @@ class SampleBatch(Sequence[Sample]):
         piece by piece: what the batch digest covers after the manifest."""
         o = self.offsets
         cols = [np.ascontiguousarray(getattr(self, name), dtype=dt) for name, dt in _DTYPES.items()]
+        flag = 0
+        if self.temperatures is not None:
+            cols.append(np.ascontiguousarray(self.temperatures, dtype=_TEMPERATURES))
+            flag = _WITH_TEMPERATURES
         for i in range(len(self)):
             g, a = self.groups[i].encode(), self.attempts[i].encode()
             lo, hi = int(o[i]), int(o[i + 1])
             yield struct.pack("<I", len(g)) + g + struct.pack("<I", len(a)) + a + struct.pack(
-                "<qdQ", int(self.segments[i]), float(self.sample_advantages[i]), hi - lo)
+                "<qdQ", int(self.segments[i]), float(self.sample_advantages[i]), (hi - lo) | flag)
             for c in cols:
                 yield memoryview(c[lo:hi]).cast("B")
 
@@ -324,6 +355,7 @@ def parse_samples(ndjson: bytes) -> SampleBatch:
                 rollout_logprobs=np.asarray(d["rollout_logprobs"], dtype=np.float32),
                 policy_versions=np.asarray(d["policy_versions"], dtype=np.int64),
                 advantage=float(d["advantage"]),
+                temperatures=np.asarray(d["temperatures"], dtype=np.float32) if "temperatures" in d else None,
             )
         )
     return SampleBatch(out, source="ndjson")
@@ -346,7 +378,7 @@ def _flat(col, name):
         parts.append(c.values.to_numpy(zero_copy_only=True)[off[0] : off[-1]])
         lengths.append(np.diff(off))
     if not parts:
-        return np.zeros(0, dtype=_DTYPES[name]), np.zeros(1, dtype=np.int64)
+        return np.zeros(0, dtype=_DTYPES.get(name, _TEMPERATURES)), np.zeros(1, dtype=np.int64)
     values = np.concatenate(parts)
     lengths = np.concatenate(lengths)
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
@@ -385,6 +417,11 @@ def parse_arrow_samples(body) -> tuple[SampleBatch, dict[str, str]]:
         elif not np.array_equal(offsets, off):
             raise E.LedgerError(f"Arrow samples: column {name} has other sample boundaries than token_ids")
     columns["offsets"] = (offsets if offsets is not None else np.zeros(1)).astype(np.int64)
+    if "temperatures" in table.column_names:
+        values, off = _flat(table.column("temperatures"), "temperatures")
+        if values.dtype != _TEMPERATURES or not np.array_equal(offsets, off):
+            raise E.LedgerError("Arrow samples: column temperatures does not match token_ids")
+        columns["temperatures"] = values
     batch = SampleBatch(columns=columns, source="arrow")
     # Whether every array was copied out of the body (it came as several
     # record batches), so the body's memory may serve again.
