@@ -41,6 +41,9 @@ var FactRoles = map[events.Type]Role{
 	events.TypeGroupClosed:      Producer,
 	events.TypePolicyPublished:  Trainer,
 	events.TypeGradientApplied:  Trainer,
+	// An engine's vocabulary, registered by a recording proxy or the SDK
+	// beside the turns they write.
+	events.TypeVocabularyRegistered: Producer,
 }
 
 // Access is a class of route.
