@@ -329,7 +329,7 @@ func badInputs() []badInput {
 }
 
 // badV3Inputs are the refusals of turn.generated and tool.called version 3
-// and of vocabulary.registered (docs/design.md §18.5, §18.6): each rule
+// and of vocabulary.registered (docs/design.md §18.9, §18.10): each rule
 // names its field.
 func badV3Inputs() []badInput {
 	samp := func(s string) obj { return turnV3Data.set("sampling", s) }

@@ -25,7 +25,7 @@ const (
 	TypePolicyPublished  Type = "policy.published"
 	TypeGradientApplied  Type = "gradient.applied"
 	// TypeVocabularyRegistered carries an engine's vocabulary, in chunks
-	// (docs/design.md §18.6).
+	// (docs/design.md §18.10).
 	TypeVocabularyRegistered Type = "vocabulary.registered"
 )
 
@@ -199,7 +199,7 @@ type TurnGenerated struct {
 	Finish    string `json:"finish" rl:"enum=tool_call|stop|length|abort"`
 	LatencyMS int64  `json:"latency_ms"`
 
-	// Version 3 (docs/design.md §18.5): a turn as a recording proxy sees
+	// Version 3 (docs/design.md §18.9): a turn as a recording proxy sees
 	// it. Parent is the earlier turn whose prompt and completion are the
 	// longest prefix of this turn's prompt, and PrefixTokens how many
 	// prompt tokens they share; absent, the turn has no parent (the
@@ -321,7 +321,7 @@ var turnGeneratedRules = []rule{
 	{Field: "text", RequiredBy: "text_cut", Err: ErrMissingField, Message: "text_cut {text_cut} given without text"},
 }
 
-// The rules version 3 adds (docs/design.md §18.5): a parent comes before
+// The rules version 3 adds (docs/design.md §18.9): a parent comes before
 // the turn and shares prefix_tokens of its prompt, present together; the
 // observation tokens are the new prompt tokens; a divergence names an
 // earlier turn; tags are sorted and unique.
