@@ -366,7 +366,7 @@ type unavailableError struct {
 	err    error
 }
 
-func (e *unavailableError) Error() string { return errUnavailable.Error() + ": " + e.err.Error() }
+func (e *unavailableError) Error() string   { return errUnavailable.Error() + ": " + e.err.Error() }
 func (e *unavailableError) Unwrap() []error { return []error{errUnavailable, e.err} }
 
 func unavailable(public string, err error) error { return &unavailableError{public: public, err: err} }
