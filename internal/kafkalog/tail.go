@@ -25,6 +25,19 @@ type TailerOptions struct {
 	MaxWait time.Duration
 }
 
+// fetchSlack is how late a fetch's answer may arrive, beyond the time the
+// broker may hold it, before the fetch is given up and its connection
+// redialled. kafka-go derives both from one setting: the broker holds a
+// fetch for ReaderConfig.MaxWait less the smaller of one second and a
+// quarter of it, and the connection times out at MaxWait. With MaxWait
+// at the 250 ms the broker should hold a fetch, a reply later than 62 ms
+// — any reply on a loaded machine — dropped the connection and the
+// records it carried; every retry redialled and fetched again, so a
+// reader stayed at its offset for as long as the load lasted, and its
+// redials loaded the broker further. ReaderConfig.MaxWait is therefore
+// the broker's wait plus this second, kafka-go's largest allowance.
+const fetchSlack = time.Second
+
 // Tailer reads one partition in offset order, from a given offset on,
 // waiting at the log end for what is appended next. It is not safe for
 // concurrent use.
@@ -42,7 +55,7 @@ func NewTailer(c Config, tp TopicPartition, from int64, o TailerOptions) (*Taile
 	}
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers: c.Brokers, Topic: tp.Topic, Partition: tp.Partition,
-		MinBytes: 1, MaxBytes: MaxMessageBytes, MaxWait: o.MaxWait,
+		MinBytes: 1, MaxBytes: MaxMessageBytes, MaxWait: o.MaxWait + fetchSlack,
 		ReadLagInterval: -1, Dialer: c.Dialer(),
 	})
 	if err := r.SetOffset(from); err != nil {
