@@ -99,10 +99,12 @@ type FoldOptions struct {
 	// recorded configuration that contradicts the run's own shows as a
 	// differing manifest.
 	Recorded *events.Config
-	// RuleVersion, when set, is the rule version to fold under: that of
-	// the run's recorded decisions, so a replay of a run sealed under
-	// older rules concludes what they concluded (docs/design.md §6.9).
-	// It must satisfy SupportsRuleVersion; 0 means RuleVersion.
+	// RuleVersion, when set, is the rule version to fold a run under from
+	// its first record: that of the run's recorded decisions, so a replay
+	// of a run sealed under older rules concludes what they concluded
+	// (docs/design.md §10). It must satisfy SupportsRuleVersion; 0 means
+	// RuleVersion. A run whose state already has records keeps the
+	// version it started under.
 	RuleVersion int
 }
 
@@ -166,6 +168,18 @@ func (f *Fold) Apply(s Store, r Record) ([]Decision, error) {
 	if err := c.loadHeader(); err != nil {
 		return nil, err
 	}
+	// A run keeps the rule version it started under, whatever build folds
+	// its later records: its first record fixes it.
+	switch {
+	case c.h.facts == 0:
+		c.h.rules = uint64(f.rules)
+	case c.h.rules == 0:
+		c.h.rules = MinRuleVersion // a state from before the version was kept
+	}
+	if !SupportsRuleVersion(int(c.h.rules)) {
+		return nil, fmt.Errorf("projections: run %s is folded under rule version %d, which this build does not implement", f.run, c.h.rules)
+	}
+	c.rules = int(c.h.rules)
 	c.h.facts++
 	c.pos = FactPosition{Seq: c.h.facts, Partition: r.Partition, Offset: r.Offset}
 	if err := c.appendLeaf(dg.leaf[:]); err != nil {

@@ -71,6 +71,10 @@ type header struct {
 	sealed     uint64 // batches sealed so far
 	open       uint64 // groups placed in batch sealed+1
 	drops      uint64 // train groups dropped since the last seal
+	// rules is the rule version the run is folded under, fixed by its
+	// first record; 0 in a header written before it was recorded, which
+	// is a run of rule version 3.
+	rules uint64
 }
 
 func (h *header) encode() []byte {
@@ -84,6 +88,9 @@ func (h *header) encode() []byte {
 	w.uvarint(h.sealed)
 	w.uvarint(h.open)
 	w.uvarint(h.drops)
+	if h.rules != 0 {
+		w.uvarint(h.rules)
+	}
 	return w.b
 }
 
@@ -94,6 +101,9 @@ func decodeHeader(b []byte) (header, error) {
 		facts: r.uvarint(), configured: r.bool(), findings: r.uvarint(),
 		admitted: r.uvarint(), rejected: r.uvarint(), sealed: r.uvarint(),
 		open: r.uvarint(), drops: r.uvarint(),
+	}
+	if r.err == nil && len(r.b) > 0 {
+		h.rules = r.uvarint()
 	}
 	return h, r.done()
 }

@@ -220,3 +220,39 @@ func TestSampleTemperaturesForm(t *testing.T) {
 		t.Error("AppendSample took 1 temperature for 2 tokens")
 	}
 }
+
+// A run keeps the rule version it started under: a build of newer rules
+// that takes over its state (a projector upgraded mid-run) goes on folding
+// it under the old ones, while a new run gets the new ones.
+func TestRunKeepsItsRuleVersion(t *testing.T) {
+	recs := wholeSequenceRun(t).records()
+	s := NewMemStore()
+	if _, err := NewFoldWith(testRun, FoldOptions{RuleVersion: 3}).Apply(s, recs[0]); err != nil {
+		t.Fatal(err)
+	}
+	f := NewFold(testRun)
+	var ds []Decision
+	for _, r := range recs[1:] {
+		out, err := f.Apply(s, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, out...)
+	}
+	m, samples := sealedSamples(t, ds)
+	if m.RuleVersion != 3 || samples[0].Temperatures != nil {
+		t.Errorf("an upgraded fold sealed under rules v%d (temperatures %v), want the run's v3", m.RuleVersion, samples[0].Temperatures)
+	}
+	if m, _ := sealedSamples(t, foldAllMust(t, recs)); m.RuleVersion != RuleVersion {
+		t.Errorf("a new run sealed under rules v%d", m.RuleVersion)
+	}
+}
+
+func foldAllMust(t *testing.T, recs []Record) []Decision {
+	t.Helper()
+	ds, err := FoldAll(testRun, recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ds
+}
