@@ -16,10 +16,12 @@ import (
 // take to send a request, and how many connections all clients together may
 // keep open. The zero value means the defaults below.
 //
-// There is deliberately no write timeout: a long poll for the next batch
-// legitimately waits up to minutes before it writes, and a trainer reading
-// a large samples body is not an attack. What a slow reader can hold is
-// bounded by MaxConns instead.
+// There is deliberately no server-wide write timeout: a long poll for the
+// next batch legitimately waits up to minutes before it writes, and a
+// trainer reading a large samples body is not an attack. What a slow
+// reader can hold is bounded by Streams instead: the routes that stream
+// large bodies charge a shared budget for what they hold and cut off a
+// client whose reads make no progress.
 type ServerOptions struct {
 	// ReadHeaderTimeout bounds reading a request's line and headers;
 	// default 10 s. A client that dribbles its headers (Slowloris) is
@@ -40,6 +42,10 @@ type ServerOptions struct {
 	// client that opens connections and sends nothing holds each one for at
 	// most ReadHeaderTimeout.
 	MaxConns int
+	// Streams bound the responses that stream large bodies (a batch's
+	// samples): the bytes they may hold at once, how many one client may
+	// have open, and how slowly a client may read ([StreamLimits]).
+	Streams StreamLimits
 }
 
 // Defaults of [ServerOptions].
@@ -65,6 +71,9 @@ func (o ServerOptions) Validate() error {
 	if o.MaxHeaderBytes < 0 {
 		errs = append(errs, fmt.Errorf("httpx: negative max header bytes %d", o.MaxHeaderBytes))
 	}
+	if err := o.Streams.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -89,7 +98,8 @@ func (o ServerOptions) withDefaults() ServerOptions {
 
 // NewServer returns an http.Server for h with o's timeouts and limits, and
 // the listener to serve it on: ln, capped at o.MaxConns connections. Every
-// request goes through [Canonical] first.
+// request goes through [Canonical] first, with no write deadline left by
+// a [Stream] of the connection's previous request.
 func NewServer(ln net.Listener, h http.Handler, o ServerOptions, log *slog.Logger) (*http.Server, net.Listener) {
 	o = o.withDefaults()
 	if log == nil {
@@ -99,13 +109,23 @@ func NewServer(ln net.Listener, h http.Handler, o ServerOptions, log *slog.Logge
 		ln = netutil.LimitListener(ln, o.MaxConns)
 	}
 	return &http.Server{
-		Handler:           Canonical(h),
+		Handler:           clearWriteDeadline(Canonical(h)),
 		ReadHeaderTimeout: o.ReadHeaderTimeout,
 		ReadTimeout:       o.ReadTimeout,
 		IdleTimeout:       o.IdleTimeout,
 		MaxHeaderBytes:    o.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}, ln
+}
+
+// clearWriteDeadline lifts the write deadline a [Stream] leaves on its
+// connection for net/http's last write of its body, before the
+// connection's next request, which may be a long poll.
+func clearWriteDeadline(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+		h.ServeHTTP(w, r)
+	})
 }
 
 // Canonical refuses, with 400 and the contract's error body, a request
