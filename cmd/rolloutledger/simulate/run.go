@@ -58,7 +58,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	plan.dropStream(trainer)
 	pushed := make(chan struct{})
-	var published atomic.Int64
+	var published, acknowledged atomic.Int64
 	type trained struct {
 		steps []TrainerStep
 		err   error
@@ -68,10 +68,12 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		steps, err := Train(ctx, TrainerOptions{
 			URL: o.URL, Run: run, Steps: o.withDefaults().Steps, Pushed: pushed,
 			Seed: o.Seed, Token: o.Token, Client: o.Client, Logger: o.Logger, Published: &published,
+			Acknowledged: &acknowledged,
 		})
 		done <- trained{steps, err}
 	}()
 	res, err := push(ctx, o, plan, &published)
+	acknowledged.Store(int64(res.Events))
 	close(pushed)
 	t := <-done
 	res.Steps = t.steps

@@ -26,13 +26,24 @@ type TrainerOptions struct {
 	// Steps is how many batches to consume before stopping.
 	Steps int
 	// Idle bounds the wait for one batch once Pushed is closed and the
-	// projector has stopped folding the run's facts (its status's
-	// facts_folded no longer grows); default 10 s. Until then the trainer
-	// waits as long as rollouts go on or the projector catches up.
+	// projector has folded every acknowledged fact of the run (see
+	// Acknowledged); default 10 s. Until then the trainer waits as long as
+	// rollouts go on or the projector catches up.
 	Idle time.Duration
+	// Stalled bounds the wait for a projector that has not folded every
+	// acknowledged fact and folds none for that long; default 5 min. Train
+	// then fails, naming how far the projector got: the ledger, not the
+	// trainer, is stuck.
+	Stalled time.Duration
 	// Pushed is closed when the rollouts are all acknowledged; nil means
 	// they already are.
 	Pushed <-chan struct{}
+	// Acknowledged, when set, holds how many of the run's events the
+	// ledger acknowledged to the rollouts; it is read once Pushed is
+	// closed. The projector has caught up when its status's facts_folded
+	// reaches them and the trainer's own. Without it the projector counts
+	// as caught up once facts_folded stops growing.
+	Acknowledged *atomic.Int64
 	// Published, when set, is raised to each version the trainer publishes.
 	Published *atomic.Int64
 	// Seed makes the reported losses and gaps deterministic per batch.
@@ -89,6 +100,9 @@ func Train(ctx context.Context, o TrainerOptions) ([]TrainerStep, error) {
 	if o.Idle == 0 {
 		o.Idle = 10 * time.Second
 	}
+	if o.Stalled == 0 {
+		o.Stalled = 5 * time.Minute
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -110,17 +124,26 @@ func Train(ctx context.Context, o TrainerOptions) ([]TrainerStep, error) {
 			select {
 			case <-o.Pushed:
 				// A projector still catching up on the run (a slow or
-				// loaded machine) may seal the batch yet: idle counts
-				// from when it stopped folding.
+				// loaded machine) may seal the batch yet: the trainer
+				// gives up only once it has folded every fact, Idle after
+				// it last folded one, or when it folds nothing for Stalled.
 				if n, err := factsFolded(ctx, o, base); err == nil && n > folded {
 					folded, idleSince = n, time.Time{}
 				}
 				if idleSince.IsZero() {
 					idleSince = time.Now()
 				}
-				if time.Since(idleSince) > o.Idle {
+				want := uint64(0)
+				if o.Acknowledged != nil {
+					want = uint64(o.Acknowledged.Load() + p.events.Load())
+				}
+				switch idle := time.Since(idleSince); {
+				case folded >= want && idle > o.Idle:
 					o.Logger.Info("trainer: no further batch sealed; stopping", "run", o.Run, "steps", len(steps))
 					return steps, nil
+				case idle > o.Stalled:
+					return steps, fmt.Errorf("trainer: waiting for batch %d, the projector folded %d of the run's %d acknowledged facts and none for %v",
+						k, folded, want, idle.Round(time.Second))
 				}
 			default:
 			}
