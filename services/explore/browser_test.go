@@ -444,6 +444,14 @@ func TestExplorerInChromium(t *testing.T) {
 		sameNumber(t, page, "loss", field(stepAPI, "gradient", "loss"))
 		sameNumber(t, page, "dropped", float64(len(field(stepAPI, "dropped").([]any))))
 		shots["step"] = b.screenshot("step")
+		// The last sealed step links to no step after it.
+		last := len(field(getJSON(t, api, tokReader), "steps").([]any))
+		b.open(hash(run, "steps", strconv.Itoa(last)), "step")
+		var next int
+		b.run(chromedp.Evaluate(`document.querySelectorAll('a[href$="/steps/`+strconv.Itoa(last+1)+`"]').length`, &next))
+		if _, ok := b.values()["last_step"]; !ok || next != 0 {
+			t.Errorf("the last step %d links to step %d (%d links)", last, last+1, next)
+		}
 		b.checkClean(s.URL() + "/")
 	})
 
@@ -623,7 +631,7 @@ func TestExplorerInChromium(t *testing.T) {
 		})
 		b.open(hash("run-a-v2", "attempts", "v2-g/a"), "attempt")
 		var text string
-		b.run(chromedp.Evaluate(`document.querySelector(".turn .text").textContent`, &text))
+		b.run(chromedp.Evaluate(`document.querySelector("[data-turn] .text").textContent`, &text))
 		if !strings.Contains(text, "ls -la") {
 			t.Errorf("the v2 turn's text is not shown: %q", text)
 		}
@@ -636,6 +644,12 @@ func TestExplorerInChromium(t *testing.T) {
 			t.Errorf("the turn's two version segments are not shown: %q", versions)
 		}
 		sameNumber(t, b.values(), "output_cut-0-0", "300")
+		sameNumber(t, b.values(), "task_prompt_cut", "1200")
+		var prompt string
+		b.run(chromedp.Evaluate(`document.querySelector("[data-prompt] .text").textContent`, &prompt))
+		if !strings.Contains(prompt, "fix the bug") {
+			t.Errorf("the attempt page does not show the task prompt: %q", prompt)
+		}
 		b.screenshot("attempt-v2")
 		b.open(hash("run-a-v2", "tasks", "t-1"), "task")
 		sameNumber(t, b.values(), "prompt_cut", "1200")

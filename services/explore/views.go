@@ -233,6 +233,8 @@ type StepView struct {
 	Dropped        []projections.DroppedGroup `json:"dropped"`
 	Gradient       *Gradient                  `json:"gradient"`
 	Metrics        *Step                      `json:"metrics"`
+	// Next says whether batch seq+1 is sealed (the page links to it).
+	Next bool `json:"next"`
 }
 
 // StepGroup is a group used by a batch.
@@ -258,7 +260,7 @@ func (m *Model) StepView(seq uint64) (StepView, bool) {
 	b := m.batches[seq-1]
 	v := StepView{Seq: b.Seq, TrainerVersion: b.TrainerVersion, RuleVersion: b.RuleVersion, Watermark: b.Watermark,
 		Decision: b.decision, Tree: b.Tree, Digest: b.Digest, Stats: b.Stats, Groups: []StepGroup{},
-		Dropped: append([]projections.DroppedGroup{}, b.Dropped...)}
+		Dropped: append([]projections.DroppedGroup{}, b.Dropped...), Next: seq < uint64(len(m.batches)) && m.batches[seq] != nil}
 	for _, bg := range b.Groups {
 		sg := StepGroup{Group: bg.Group, Task: bg.Task, Completed: bg.Completed, Attempts: []AttemptRow{}}
 		for _, ba := range bg.Attempts {
@@ -339,7 +341,11 @@ type AttemptView struct {
 	TrainerVersion *uint64                  `json:"trainer_version"`
 	MaxStaleness   int                      `json:"config_max_staleness"`
 	Gradient       *Gradient                `json:"gradient"`
-	TurnList       []TurnView               `json:"turn_list"`
+	// TaskPrompt is the task's registered prompt, TaskPromptCut the bytes
+	// of it left out of the fact.
+	TaskPrompt    string     `json:"task_prompt,omitempty"`
+	TaskPromptCut int64      `json:"task_prompt_cut"`
+	TurnList      []TurnView `json:"turn_list"`
 }
 
 // TurnView is one turn with its tokens, tools and lineage.
@@ -383,6 +389,9 @@ func (m *Model) AttemptView(id string) (AttemptView, bool) {
 	g := m.groups[a.Group]
 	v := AttemptView{AttemptRow: m.attemptRow(a), Engine: a.Engine, VM: a.VM, ForkMS: a.ForkMS, Started: a.fact,
 		MaxStaleness: m.config.MaxStaleness, TurnList: make([]TurnView, 0, len(a.turns))}
+	if t := m.tasks[a.Task]; t != nil {
+		v.TaskPrompt, v.TaskPromptCut = t.Prompt, t.PromptCut
+	}
 	var grad *Gradient
 	if a.batch != 0 {
 		b := m.batches[a.batch-1]

@@ -260,6 +260,7 @@ const views = {
     return { data: d, html: `<h1>Run ${esc(run)} <span class="pill">${esc(d.status)}</span></h1>
     <div class="cards">${card("facts", "facts", d.facts)}${card("batches sealed", "batches", d.batches)}${card("tasks admitted", "tasks_admitted", d.tasks_admitted)}${card("tasks rejected", "tasks_rejected", d.tasks_rejected)}${card("findings", "findings", d.findings)}${card("train groups in flight", "groups_in_flight", d.groups_in_flight)}${card("max staleness", "max_staleness", d.config.max_staleness)}${card("catalogue", "catalogue", d.catalogue.join(","), "v" + d.catalogue.join(", v"))}</div>
     <p>${link(hRun(run) + "/attempts", "all attempts")} · ${link(hRun(run) + "/tasks", "all tasks")} · last activity ${ts(d.last_activity)}</p>
+    ${S.length ? "" : '<p class="muted" data-k="no_batch">no sealed batch yet: the charts and steps appear with the first</p>'}
     <div class="grid">${charts.join("")}</div>
     <h2>Steps</h2><table><thead><tr><th>step</th><th class="num">groups</th><th class="num">attempts</th><th class="num">pass rate</th><th>dropped</th><th class="num">masked tokens</th><th class="num">tokens/solve</th><th class="num">infra lost</th><th class="num">loss</th><th>trainer</th></tr></thead><tbody>${rows}</tbody></table>
     ${!all && S.length > 100 ? `<p>${link(hRun(run) + "?steps=all", "show all " + S.length + " steps")}</p>` : ""}
@@ -272,7 +273,7 @@ const views = {
     const rows = d.groups.flatMap((g) => g.attempts);
     const gr = d.gradient;
     return { data: d, html: `<h1>Step ${v("seq", d.seq)} <span class="muted">(batch ${d.seq}, trainer version ${d.trainer_version})</span></h1>
-    <p>${+seq > 1 ? link(hStep(run, +seq - 1), "← step " + (+seq - 1)) : ""} ${link(hStep(run, +seq + 1), "step " + (+seq + 1) + " →")}</p>
+    <p>${+seq > 1 ? link(hStep(run, +seq - 1), "← step " + (+seq - 1)) : ""} ${d.next ? link(hStep(run, +seq + 1), "step " + (+seq + 1) + " →") : '<span class="muted" data-k="last_step">last sealed step</span>'}</p>
     <table class="kv" style="width:auto"><tbody>
       <tr><td>digest</td><td><code data-k="digest">${esc(d.digest)}</code></td></tr>
       <tr><td>watermark</td><td>partition ${d.watermark.partition}, offset ${v("watermark_offset", d.watermark.offset)} (fact ${d.tree.size})</td></tr>
@@ -318,6 +319,7 @@ const views = {
       ${t.compaction ? `<div class="compaction">context compacted: ${t.compaction.tokens_before} → ${t.compaction.tokens_after} tokens (a new training segment starts)</div>` : ""}</div>`).join("");
     return { data: d, after: () => virtualTokens(d, mode), html: `<h1>Attempt ${esc(d.attempt)}</h1>
     <p>group ${link(hGroup(run, d.group), d.group)} · task ${link(hTask(run, d.task), d.task)} · slot ${v("slot", d.slot)}${d.retry_of ? " · retry of " + link(hAttempt(run, d.retry_of), d.retry_of) : ""} · engine ${esc(d.engine)} · vm ${esc(d.vm)} (fork ${d.fork_ms} ms) · ${esc(d.outcome)} · ${verdict(d)}</p>
+    ${d.task_prompt || d.task_prompt_cut ? `<details class="prompt" data-prompt><summary>task prompt</summary><div class="turn">${cutText(d.task_prompt, d.task_prompt_cut, "task_prompt_cut")}</div></details>` : ""}
     <div class="cards">${card("turns", "turns", d.turns)}${card("completion tokens", "completion_tokens", d.completion_tokens)}${card("reward", "reward", d.reward)}${card("advantage", "advantage", d.advantage)}${card("score", "score", d.score)}${card("bonus", "bonus", d.bonus)}${card("batch", "batch", d.batch || null, d.batch ? "step " + d.batch : d.drop_reason || "–")}${card("gradient step", "gradient_step", d.gradient ? d.gradient.step : null)}</div>
     <form class="filters" data-overlay>overlay: ${["mask", "logprob", "version", "none"].map((m) => `<label><input type="radio" name="overlay" value="${m}"${m === mode ? " checked" : ""}> ${m === "mask" ? "loss mask" : m === "version" ? "policy version / staleness" : m}</label>`).join(" ")}
       <span class="muted">${mode === "mask" ? "green trains, amber masked, grey not in a batch" : mode === "logprob" ? "darker = less likely" : mode === "version" ? "hue by staleness; red beyond max_staleness " + d.config_max_staleness : ""}</span></form>
