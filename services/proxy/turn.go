@@ -103,6 +103,18 @@ func (s *Server) buildTurn(ex *exchange, st *attemptState, prev []int32, segs []
 		Engine:    &events.EngineInfo{Name: s.o.Engine, Version: s.engineVersion},
 		LatencyMS: c.latency.Milliseconds(),
 	}
+	if s.o.Engine == EngineLlamaCPP && !ex.req.bool("post_sampling_probs") {
+		// llama.cpp's log-probs are the softmax of the model's logits
+		// before its sampler chain (temperature, top-k, penalties): what
+		// vLLM calls raw_logprobs. vLLM's and SGLang's depend on how the
+		// server was started, which the proxy cannot see.
+		sp := events.Sampling{}
+		if t.Sampling != nil {
+			sp = *t.Sampling
+		}
+		sp.LogprobsMode = "raw_logprobs"
+		t.Sampling = &sp
+	}
 	// Completion: ids, log-probs and usage must agree, or none is kept.
 	ids, lps := c.ids, c.logprobs
 	completion := c.usageComplete
