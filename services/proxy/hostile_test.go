@@ -52,12 +52,12 @@ func TestBadRequestsNeverReachTheEngine(t *testing.T) {
 	}
 	chat := []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
 	cases := []struct {
-		name     string
-		path     string
-		body     []byte
-		header   []string
-		status   int
-		code     string
+		name   string
+		path   string
+		body   []byte
+		header []string
+		status int
+		code   string
 	}{
 		{"no attempt in strict mode", "/v1/chat/completions", chat, nil, 400, "attempt_required"},
 		{"run id with a space", "/r/run%20one/a/a1/v1/chat/completions", chat, nil, 400, "bad_run"},
