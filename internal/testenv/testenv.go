@@ -93,10 +93,18 @@ func KafkaBackends() []Backend {
 	}
 }
 
-// CheckFor polls cond every 20 ms until it returns true or the deadline
-// passes, then fails the test with what.
+// MinCheckFor is the least time [CheckFor] waits before it fails a test.
+// A bound only decides when a test gives up on a condition that does not
+// come: a passing test never waits it out, so it is generous. A machine
+// that also runs builds and other suites slows every step by more than a
+// bound written on a quiet one assumes.
+const MinCheckFor = 2 * time.Minute
+
+// CheckFor polls cond every 20 ms until it returns true or d passes (at
+// least [MinCheckFor]), then fails the test with what.
 func CheckFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
+	d = max(d, MinCheckFor)
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	for !cond() {

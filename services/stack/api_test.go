@@ -214,13 +214,11 @@ func TestTrainerInterface(t *testing.T) {
 	// once the projector has caught up.
 	logged := uint64(len(ledgertest.Facts(t, kc)[run]))
 	var body []byte
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+	testenv.CheckFor(t, 3*time.Minute, "the projector folds every fact of the run", func() bool {
 		_, body = get(t, s.URL()+"/v1/runs/"+run+"/status")
 		_ = json.Unmarshal(body, &status)
-		if status.FactsFolded == logged || time.Now().After(deadline) {
-			break
-		}
-	}
+		return status.FactsFolded >= logged
+	})
 	if status.FactsFolded != logged || status.BatchesSealed < 3 || status.TasksAdmitted+status.TasksRejected != 24 {
 		t.Errorf("status: %s, want all %d facts folded, >= 3 batches and 24 admission decisions", body, logged)
 	}

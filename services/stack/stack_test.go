@@ -107,7 +107,7 @@ func readFacts(t *testing.T, kc kafkalog.Config, want int) []consumed {
 	}
 	defer cl.Close()
 	var out []consumed
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	for len(out) < want {
 		fs := cl.PollFetches(ctx)
