@@ -33,6 +33,7 @@ type Model struct {
 	facts      uint64
 	firstAt    time.Time
 	lastAt     time.Time
+	arrivedAt  time.Time   // the latest a fact reached the log ([Model.Arrived])
 	versions   map[int]int // catalogue version → facts
 	configured bool
 	config     events.Config
@@ -229,6 +230,15 @@ func (m *Model) Fact(partition int32, offset int64, value []byte, ev events.Even
 		if _, ok := m.gradients[d.Batch]; !ok {
 			m.gradients[d.Batch] = gradient{*d, pos}
 		}
+	}
+}
+
+// Arrived says a fact of the run reached the log at t (the Kafka record's
+// timestamp): a run being ingested is live by when its facts arrive,
+// whatever clock its producers put in `at`.
+func (m *Model) Arrived(t time.Time) {
+	if t.After(m.arrivedAt) {
+		m.arrivedAt = t
 	}
 }
 

@@ -2,6 +2,7 @@ package explore
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -101,6 +102,26 @@ func TestUnknownRunsCostNothing(t *testing.T) {
 	}
 	if got := s.followers(); got != 1 {
 		t.Errorf("%d runs' models kept, want 1 (the known run's)", got)
+	}
+}
+
+// A run whose facts are arriving is live, whatever clock its producers
+// put in `at` (these facts say 2026-01-01).
+func TestLiveByArrival(t *testing.T) {
+	kc := exploreKafka(t, "run-arriving")
+	s := &Service{Kafka: kc, Runs: runList{"run-arriving"}}
+	mux := http.NewServeMux()
+	s.Register(mux)
+	rec := httptest.NewRecorder()
+	mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/explore/runs", nil))
+	var got struct {
+		Runs []RunSummary `json:"runs"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || len(got.Runs) != 1 {
+		t.Fatalf("runs list: %v %s", err, rec.Body)
+	}
+	if r := got.Runs[0]; r.Status != "live" || time.Since(r.LastArrival) > time.Minute {
+		t.Errorf("a run whose facts just arrived: status %q, last arrival %s; want live, now", r.Status, r.LastArrival)
 	}
 }
 

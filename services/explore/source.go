@@ -76,6 +76,7 @@ func (f *follower) refresh(ctx context.Context) error {
 			return nil
 		}
 		f.m.Fact(int32(msg.Partition), msg.Offset, msg.Value, ev)
+		f.m.Arrived(msg.Time)
 		return nil
 	})
 	if err != nil {

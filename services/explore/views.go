@@ -14,7 +14,7 @@ const LiveFor = time.Minute
 // RunSummary is one line of the runs list.
 type RunSummary struct {
 	Run           string    `json:"run"`
-	Status        string    `json:"status"` // "live" or "idle", by the last fact's clock
+	Status        string    `json:"status"` // "live" or "idle", by when the last fact arrived or was made
 	Facts         uint64    `json:"facts"`
 	Batches       int       `json:"batches"`
 	TasksAdmitted int       `json:"tasks_admitted"`
@@ -22,6 +22,9 @@ type RunSummary struct {
 	Findings      int       `json:"findings"`
 	FirstFactAt   time.Time `json:"first_fact_at"`
 	LastActivity  time.Time `json:"last_activity"`
+	// LastArrival is when the run's last fact reached the log (zero when
+	// unknown, as in a bundle of an archive).
+	LastArrival time.Time `json:"last_arrival"`
 	// Catalogue lists the catalogue versions of the run's facts.
 	Catalogue []int `json:"catalogue"`
 }
@@ -29,8 +32,13 @@ type RunSummary struct {
 // Summary is the run's line of the runs list; now decides live or idle.
 func (m *Model) Summary(now time.Time) RunSummary {
 	s := RunSummary{Run: m.run, Status: "idle", Facts: m.facts, Batches: m.sealed(), TasksAdmitted: m.admitted,
-		TasksRejected: m.rejected, Findings: len(m.findings), FirstFactAt: m.firstAt, LastActivity: m.lastAt, Catalogue: []int{}}
-	if !m.lastAt.IsZero() && now.Sub(m.lastAt) < LiveFor {
+		TasksRejected: m.rejected, Findings: len(m.findings), FirstFactAt: m.firstAt, LastActivity: m.lastAt,
+		LastArrival: m.arrivedAt, Catalogue: []int{}}
+	last := m.lastAt
+	if m.arrivedAt.After(last) {
+		last = m.arrivedAt
+	}
+	if !last.IsZero() && now.Sub(last) < LiveFor {
 		s.Status = "live"
 	}
 	for v := range m.versions {

@@ -101,6 +101,9 @@ function turnBar(a, state) {
     return `<i class="${cls}"></i>`;
   }).join("");
 }
+// lastSeen is when the run's last fact arrived, or, when that is not known
+// (a bundle), the clock its producer put on it.
+const lastSeen = (r) => (r.last_arrival && !r.last_arrival.startsWith("0001") ? r.last_arrival : r.last_activity);
 function ts(t) { return t && !t.startsWith("0001") ? new Date(t).toISOString().replace("T", " ").replace(/\..*/, "") : "–"; }
 
 // ---- charts: small hand-written SVG ----
@@ -225,7 +228,7 @@ const views = {
     return { data: d, html: `<h1>Runs</h1>${filterBar([{ name: "q", label: "search", ph: "run id" }], q)}
     <table><thead><tr><th>run</th><th>status</th><th class="num">facts</th><th class="num">batches</th><th class="num">admitted</th><th class="num">rejected</th><th class="num">findings</th><th>catalogue</th><th>last activity</th></tr></thead><tbody>
     ${rows.map((r) => `<tr class="click" data-href="${esc(hRun(r.run))}" data-row="${esc(r.run)}"><td>${link(hRun(r.run), r.run)}</td><td>${r.status === "live" ? '<span class="ok">live</span>' : "idle"}</td>
-      <td class="num">${v("facts", r.facts)}</td><td class="num">${v("batches", r.batches)}</td><td class="num">${v("tasks_admitted", r.tasks_admitted)}</td><td class="num">${v("tasks_rejected", r.tasks_rejected)}</td><td class="num">${v("findings", r.findings)}</td><td>v${r.catalogue.join(", v")}</td><td>${ts(r.last_activity)}</td></tr>`).join("")}
+      <td class="num">${v("facts", r.facts)}</td><td class="num">${v("batches", r.batches)}</td><td class="num">${v("tasks_admitted", r.tasks_admitted)}</td><td class="num">${v("tasks_rejected", r.tasks_rejected)}</td><td class="num">${v("findings", r.findings)}</td><td>v${r.catalogue.join(", v")}</td><td>${ts(lastSeen(r))}</td></tr>`).join("")}
     </tbody></table>${rows.length ? "" : '<p class="muted">no runs</p>'}` };
   },
 
@@ -259,7 +262,7 @@ const views = {
       <td class="num">${v("infra_lost_rate-" + s.step, s.infra_lost_rate, pct(s.infra_lost_rate))}</td><td class="num">${s.trained ? v("loss-" + s.step, s.loss) : "–"}</td><td>${s.trained ? (s.digest_matches ? '<span class="ok">digest ✓</span>' : '<span class="bad">digest ✗</span>') : "not trained yet"}</td></tr>`).join("");
     return { data: d, html: `<h1>Run ${esc(run)} <span class="pill">${esc(d.status)}</span></h1>
     <div class="cards">${card("facts", "facts", d.facts)}${card("batches sealed", "batches", d.batches)}${card("tasks admitted", "tasks_admitted", d.tasks_admitted)}${card("tasks rejected", "tasks_rejected", d.tasks_rejected)}${card("findings", "findings", d.findings)}${card("train groups in flight", "groups_in_flight", d.groups_in_flight)}${card("max staleness", "max_staleness", d.config.max_staleness)}${card("catalogue", "catalogue", d.catalogue.join(","), "v" + d.catalogue.join(", v"))}</div>
-    <p>${link(hRun(run) + "/attempts", "all attempts")} · ${link(hRun(run) + "/tasks", "all tasks")} · last activity ${ts(d.last_activity)}</p>
+    <p>${link(hRun(run) + "/attempts", "all attempts")} · ${link(hRun(run) + "/tasks", "all tasks")} · last activity ${ts(lastSeen(d))}</p>
     ${S.length ? "" : '<p class="muted" data-k="no_batch">no sealed batch yet: the charts and steps appear with the first</p>'}
     <div class="grid">${charts.join("")}</div>
     <h2>Steps</h2><table><thead><tr><th>step</th><th class="num">groups</th><th class="num">attempts</th><th class="num">pass rate</th><th>dropped</th><th class="num">masked tokens</th><th class="num">tokens/solve</th><th class="num">infra lost</th><th class="num">loss</th><th>trainer</th></tr></thead><tbody>${rows}</tbody></table>
