@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -27,6 +28,13 @@ const MaxWait = 5 * time.Minute
 type Service struct {
 	Projector *projector.Projector
 	Logger    *slog.Logger
+	// Streams bound the samples responses: the bytes all of them hold at
+	// once, how many one token (one address without authentication) may
+	// have open, and how slowly a client may read ([httpx.StreamLimits];
+	// zero: its defaults).
+	Streams httpx.StreamLimits
+
+	streams *httpx.StreamLimiter
 }
 
 // Routes is where the service registers its routes: an [auth.Router] in
@@ -40,6 +48,7 @@ type Routes interface {
 // Register adds the routes to mux. Every route that concerns one run names
 // it as {run}, the wildcard the router's scope check reads.
 func (s *Service) Register(mux Routes) {
+	s.streams = httpx.NewStreamLimiter(s.Streams)
 	mux.Handle("GET /v1/runs", http.HandlerFunc(s.runs))
 	mux.Handle("GET /v1/runs/{run}/batches/next", http.HandlerFunc(s.nextBatch))
 	mux.Handle("GET /v1/runs/{run}/batches/{seq}", http.HandlerFunc(s.batch))
@@ -70,10 +79,12 @@ func runParam(w http.ResponseWriter, r *http.Request) (string, bool) {
 	return run, true
 }
 
-func seqParam(w http.ResponseWriter, s string, name string, min uint64) (uint64, bool) {
+// seqParam reads a sequence number between lo and hi, answering 400
+// naming the parameter when s is not one.
+func seqParam(w http.ResponseWriter, s string, name string, lo, hi uint64) (uint64, bool) {
 	n, err := strconv.ParseUint(s, 10, 64)
-	if err != nil || n < min {
-		httpx.WriteError(w, http.StatusBadRequest, "invalid_value", fmt.Sprintf("%s %q is not an integer >= %d", name, s, min))
+	if err != nil || n < lo || n > hi {
+		httpx.WriteError(w, http.StatusBadRequest, "invalid_value", fmt.Sprintf("%s %q is not an integer between %d and %d", name, s, lo, hi))
 		return 0, false
 	}
 	return n, true
@@ -86,7 +97,7 @@ func batchParams(w http.ResponseWriter, r *http.Request) (string, uint64, bool) 
 	if !ok {
 		return "", 0, false
 	}
-	seq, ok := seqParam(w, r.PathValue("seq"), "batch", 1)
+	seq, ok := seqParam(w, r.PathValue("seq"), "batch", 1, math.MaxUint64)
 	return run, seq, ok
 }
 
@@ -128,7 +139,9 @@ func (s *Service) nextBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	after, ok := seqParam(w, q.Get("after"), "after", 0)
+	// The batch waited for is after+1, so after stops one short of the
+	// largest sequence number.
+	after, ok := seqParam(w, q.Get("after"), "after", 0, math.MaxUint64-1)
 	if !ok {
 		return
 	}
