@@ -760,6 +760,25 @@ func TestExplorerLive(t *testing.T) {
 	})
 	b.screenshot("run-live")
 	b.checkClean(s.URL() + "/")
+
+	// The refresh keeps what the user is typing, and the focus.
+	b.open(s.URL()+"/ui/index.html?poll=300#/", "runs")
+	facts := func() string {
+		var v string
+		b.run(chromedp.Evaluate(`(document.querySelector('tr[data-row="`+run+`"] [data-k=facts]') || {dataset: {}}).dataset.v || ""`, &v))
+		return v
+	}
+	before := facts()
+	b.run(chromedp.Focus(`input[name="q"]`, chromedp.ByQuery), chromedp.SendKeys(`input[name="q"]`, "run-a", chromedp.ByQuery))
+	postV2Run(t, s, run, "live-3", false)
+	testenv.CheckFor(t, 60*time.Second, "the runs list to show the new facts", func() bool { return facts() != before })
+	var focus, typed string
+	b.run(chromedp.Evaluate(`document.activeElement.name || document.activeElement.tagName`, &focus),
+		chromedp.Evaluate(`document.querySelector('input[name="q"]').value`, &typed))
+	if focus != "q" || typed != "run-a" {
+		t.Errorf("after a refresh: focus on %q holding %q, want the search field holding %q", focus, typed, "run-a")
+	}
+	b.checkClean(s.URL() + "/")
 }
 
 // TestExplorerBundle: explore --out's bundle of an archived run opens from

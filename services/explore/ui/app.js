@@ -447,6 +447,29 @@ function route() {
 }
 
 let current = { key: "", text: "" };
+// keptFields notes the values of the view's form fields and which has the
+// focus (with its selection); restoreFields puts them back after a redraw.
+function keptFields(root) {
+  const fields = [...root.querySelectorAll("form input[name], form select[name]")];
+  if (!fields.length) return null;
+  const a = document.activeElement;
+  return {
+    values: fields.filter((f) => f.type !== "radio").map((f) => [f.name, f.value]),
+    focus: a && root.contains(a) && a.name ? a.name : "",
+    sel: a && a.selectionStart != null ? [a.selectionStart, a.selectionEnd] : null,
+  };
+}
+function restoreFields(root, kept) {
+  for (const [name, value] of kept.values) {
+    const f = root.querySelector(`form [name="${CSS.escape(name)}"]`);
+    if (f && f.type !== "radio") f.value = value;
+  }
+  if (!kept.focus) return;
+  const f = root.querySelector(`form [name="${CSS.escape(kept.focus)}"]`);
+  if (!f) return;
+  f.focus({ preventScroll: true });
+  if (kept.sel && f.setSelectionRange) try { f.setSelectionRange(kept.sel[0], kept.sel[1]); } catch (e) { /* not a text field */ }
+}
 let gen = 0;
 async function render(force) {
   RL.fetchMs = 0;
@@ -471,8 +494,12 @@ async function render(force) {
   const text = JSON.stringify(out.data);
   if (!force && key === current.key && text === current.text) return; // nothing new
   const scroll = key === current.key ? scrollY : 0;
+  // A redraw of the same view (a refresh, or a filter applied) keeps what
+  // the user is typing in its form fields, and their focus.
+  const typing = key.split("?")[0] === current.key.split("?")[0] ? keptFields(main) : null;
   current = { key, text };
   main.innerHTML = out.html;
+  if (typing) restoreFields(main, typing);
   bindFilters(main);
   main.querySelectorAll("tr.click").forEach((tr) => tr.addEventListener("click", (e) => { if (e.target.tagName !== "A") location.hash = tr.dataset.href; }));
   main.querySelectorAll("svg .pt[data-step]").forEach((el) => el.addEventListener("click", () => { location.hash = hStep(args[0], el.dataset.step); }));
