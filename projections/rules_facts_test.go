@@ -310,7 +310,31 @@ func (tr *transcript) parse(line string) ([]pendingRecord, error) {
 		positionals = 2
 		id, n := a.positional(0, "an attempt id"), atoi(a, "turn index", a.positional(1, "a turn index"))
 		segs := a.segments()
-		if a.has("obs") || a.has("out") {
+		v3 := a.flag(2, "v3")
+		if v3 || a.has("parent") || a.has("temp") || a.has("tags") {
+			// A version 3 turn: obs= are its new prompt tokens (all of them
+			// without a parent).
+			obs, out := a.int32s("obs"), a.int32s("out")
+			var parent *int
+			if a.has("parent") {
+				parent = ptr(int(a.int("parent", 0)))
+			}
+			prefix := a.int("prefix", 0)
+			var temp *float64
+			if s := a.str("temp", ""); s != "" {
+				f, err := strconv.ParseFloat(s, 64)
+				if err != nil {
+					a.fail("temp=%s: want a number", s)
+				}
+				temp = &f
+			}
+			var tags []string
+			if v, ok := a.kv["tags"]; ok {
+				a.used["tags"] = true
+				tags = v
+			}
+			tr.withLabel(label, func() { b.v3TokenTurn(id, int(n), segs, parent, prefix, obs, out, temp, tags...) })
+		} else if a.has("obs") || a.has("out") {
 			obs, out := a.int32s("obs"), a.int32s("out")
 			if a.has("tokens") && a.int("tokens", 0) != int64(len(out)) {
 				a.fail("tokens= must be the number of out= tokens")

@@ -289,8 +289,12 @@ func (tr *transcript) print(d Decision) error {
 		for _, g := range m.Groups {
 			fmt.Fprintf(w, "    group %s task=%s completed=%s\n", g.Group, g.Task, posOf(g.Completed))
 			for _, a := range g.Attempts {
-				fmt.Fprintf(w, "      attempt %s score=%s bonus=%s reward=%s advantage=%s tokens=%d\n",
-					a.Attempt, num(a.Score), num(a.Bonus), num(a.Reward), num(a.Advantage), a.CompletionTokens)
+				masked := ""
+				if a.Masked != "" {
+					masked = " masked=" + a.Masked
+				}
+				fmt.Fprintf(w, "      attempt %s score=%s bonus=%s reward=%s advantage=%s tokens=%d%s\n",
+					a.Attempt, num(a.Score), num(a.Bonus), num(a.Reward), num(a.Advantage), a.CompletionTokens, masked)
 				for _, tn := range a.Turns {
 					state := "masked"
 					if tn.Trained {
