@@ -334,8 +334,10 @@ func (o *arrowOut) close() error {
 // as bool without a copy; Arrow's own bool is bit-packed and would need
 // one. policy_versions is int64, the canonical form's and the catalogue's
 // range, so no batch needs a narrower type checked against its values.
+// A batch of rule version 4 on has a last column, temperatures (float32,
+// each token's sampling temperature), as its samples do.
 func SamplesSchema(meta arrow.Metadata) *arrow.Schema {
-	return arrow.NewSchema([]arrow.Field{
+	fields := []arrow.Field{
 		{Name: "group", Type: arrow.BinaryTypes.String},
 		{Name: "attempt", Type: arrow.BinaryTypes.String},
 		{Name: "segment", Type: arrow.PrimitiveTypes.Int32},
@@ -344,7 +346,22 @@ func SamplesSchema(meta arrow.Metadata) *arrow.Schema {
 		{Name: "loss_mask", Type: arrow.ListOfNonNullable(arrow.PrimitiveTypes.Uint8)},
 		{Name: "rollout_logprobs", Type: arrow.ListOfNonNullable(arrow.PrimitiveTypes.Float32)},
 		{Name: "policy_versions", Type: arrow.ListOfNonNullable(arrow.PrimitiveTypes.Int64)},
-	}, &meta)
+	}
+	if withTemperatures(meta) {
+		fields = append(fields, arrow.Field{Name: "temperatures", Type: arrow.ListOfNonNullable(arrow.PrimitiveTypes.Float32)})
+	}
+	return arrow.NewSchema(fields, &meta)
+}
+
+// withTemperatures says whether the samples of a batch with this metadata
+// carry temperatures: rule version 4 on.
+func withTemperatures(meta arrow.Metadata) bool {
+	i := meta.FindKey("rule_version")
+	if i < 0 {
+		return false
+	}
+	v, err := strconv.Atoi(meta.Values()[i])
+	return err == nil && v >= 4
 }
 
 // WriteArrowSamples writes canonical binary samples to w as an Arrow IPC
@@ -383,6 +400,9 @@ type arrowColumns struct {
 	advantages               []float64
 	listOff                  []int32
 	ids, mask, lps, versions []byte
+	// temps are the temperatures, gathered when the schema has them.
+	temps     []byte
+	withTemps bool
 }
 
 // colNeed is what one chunk adds to the columns.
@@ -412,7 +432,15 @@ func (c *arrowColumns) bytesAfter(n colNeed) int64 {
 		8*capAfter(len(c.advantages), cap(c.advantages), n.samples)
 	return 2*perSample + capAfter(len(c.groups), cap(c.groups), n.groups) + capAfter(len(c.attempts), cap(c.attempts), n.attempts) +
 		capAfter(len(c.ids), cap(c.ids), 4*n.tokens) + capAfter(len(c.mask), cap(c.mask), n.tokens) +
-		capAfter(len(c.lps), cap(c.lps), 4*n.tokens) + capAfter(len(c.versions), cap(c.versions), 8*n.tokens)
+		capAfter(len(c.lps), cap(c.lps), 4*n.tokens) + capAfter(len(c.versions), cap(c.versions), 8*n.tokens) +
+		c.tempsAfter(n)
+}
+
+func (c *arrowColumns) tempsAfter(n colNeed) int64 {
+	if !c.withTemps {
+		return 0
+	}
+	return int64(max(cap(c.temps), len(c.temps)+4*n.tokens))
 }
 
 // grow makes room in the columns for n more, exactly, so appending a
@@ -424,6 +452,9 @@ func (c *arrowColumns) grow(n colNeed) {
 	c.advantages = growBy(c.advantages, n.samples)
 	c.ids, c.mask = growBy(c.ids, 4*n.tokens), growBy(c.mask, n.tokens)
 	c.lps, c.versions = growBy(c.lps, 4*n.tokens), growBy(c.versions, 8*n.tokens)
+	if c.withTemps {
+		c.temps = growBy(c.temps, 4*n.tokens)
+	}
 }
 
 func growBy[T any](s []T, n int) []T {
@@ -439,6 +470,7 @@ func newArrowSamples(w io.Writer, meta arrow.Metadata, maxTokens int) *arrowSamp
 	schema := SamplesSchema(meta)
 	a := &arrowSamples{iw: ipc.NewWriter(w, ipc.WithSchema(schema), ipc.WithAllocator(memory.DefaultAllocator)),
 		schema: schema, maxTokens: maxTokens}
+	a.cols.withTemps = withTemperatures(meta)
 	a.reset()
 	return a
 }
@@ -450,7 +482,7 @@ func (a *arrowSamples) reset() {
 	c.groups, c.attempts = c.groups[:0], c.attempts[:0]
 	c.groupOff, c.attemptOff, c.listOff = append(c.groupOff[:0], 0), append(c.attemptOff[:0], 0), append(c.listOff[:0], 0)
 	c.segments, c.advantages = c.segments[:0], c.advantages[:0]
-	c.ids, c.mask, c.lps, c.versions = c.ids[:0], c.mask[:0], c.lps[:0], c.versions[:0]
+	c.ids, c.mask, c.lps, c.versions, c.temps = c.ids[:0], c.mask[:0], c.lps[:0], c.versions[:0], c.temps[:0]
 }
 
 func (a *arrowSamples) write(chunk []byte) error {
@@ -478,6 +510,11 @@ func (a *arrowSamples) write(chunk []byte) error {
 		c.mask = append(c.mask, v.LossMask...)
 		c.lps = appendNative(c.lps, v.Logprobs, 4)
 		c.versions = appendNative(c.versions, v.PolicyVersions, 8)
+		if c.withTemps {
+			for i := range v.Len {
+				c.temps = binary.NativeEndian.AppendUint32(c.temps, math.Float32bits(v.Temperature(i)))
+			}
+		}
 		c.listOff = append(c.listOff, int32(len(c.mask)))
 	}
 	if err := r.Err(); err != nil {
@@ -530,6 +567,9 @@ func (a *arrowSamples) flush() error {
 		list(fields[5].Type, arrow.PrimitiveTypes.Uint8, c.mask),
 		list(fields[6].Type, arrow.PrimitiveTypes.Float32, c.lps),
 		list(fields[7].Type, arrow.PrimitiveTypes.Int64, c.versions),
+	}
+	if c.withTemps {
+		cols = append(cols, list(fields[8].Type, arrow.PrimitiveTypes.Float32, c.temps))
 	}
 	rec := array.NewRecordBatch(a.schema, cols, int64(n))
 	for _, col := range cols {
