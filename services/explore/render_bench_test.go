@@ -81,16 +81,26 @@ func fixtureServer(tb testing.TB, data map[string]any) *httptest.Server {
 	tb.Helper()
 	mux := http.NewServeMux()
 	mux.Handle("/ui/", http.StripPrefix("/ui/", http.FileServerFS(explore.Assets())))
+	bodies := map[string][]byte{}
 	for p, v := range data {
 		b, err := json.Marshal(v)
 		if err != nil {
 			tb.Fatal(err)
 		}
-		mux.HandleFunc("GET "+p, func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write(b)
-		})
+		bodies[p] = b
 	}
+	// The page encodes every segment (an attempt g/a is asked for as
+	// g%2Fa); the views are found by the decoded path, as the server's
+	// {attempt...} wildcards find them.
+	mux.HandleFunc("GET /v1/", func(w http.ResponseWriter, r *http.Request) {
+		b, ok := bodies[r.URL.Path]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(b)
+	})
 	srv := httptest.NewServer(mux)
 	tb.Cleanup(srv.Close)
 	return srv
