@@ -186,7 +186,8 @@ type TurnGenerated struct {
 	// policy_version.
 	VersionSegments []VersionSegment `json:"version_segments"`
 	// ObservationTokenIDs are the tokens of tool output appended to the
-	// context before this turn.
+	// context before this turn; from version 3 on, exactly the turn's new
+	// prompt tokens (see Parent).
 	ObservationTokenIDs []int32 `json:"observation_token_ids,omitempty" rl:"optional,int32le"`
 	// TokenIDs and Logprobs cover the completion only; when present both
 	// have exactly CompletionTokens entries.
