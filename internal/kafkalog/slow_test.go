@@ -1,6 +1,7 @@
 package kafkalog_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sync/atomic"
@@ -14,11 +15,12 @@ import (
 	"github.com/rolloutledger/rolloutledger/internal/testenv"
 )
 
-// slowBroker starts a broker that answers every fetch lateBy after it
-// arrives, as a broker (or a client process) on a loaded machine does. It
-// is kfake, the broker the embedded one runs: the real broker cannot be
-// slowed on demand. It reports how many fetches it delayed.
-func slowBroker(t *testing.T, lateBy time.Duration) (kafkalog.Config, *atomic.Int64) {
+// slowBroker starts a broker that answers every fetch late by what
+// lateBy says of it, as a broker (or a client process) on a loaded
+// machine does. It is kfake, the broker the embedded one runs: the real
+// broker cannot be slowed on demand. It reports how many fetches it
+// delayed.
+func slowBroker(t *testing.T, lateBy func(*kmsg.FetchRequest) time.Duration) (kafkalog.Config, *atomic.Int64) {
 	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(2))
 	if err != nil {
@@ -30,10 +32,11 @@ func slowBroker(t *testing.T, lateBy time.Duration) (kafkalog.Config, *atomic.In
 		t.Fatal(err)
 	}
 	var fetches atomic.Int64
-	c.ControlKey(int16(kmsg.Fetch), func(kmsg.Request) (kmsg.Response, error, bool) {
+	c.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
 		fetches.Add(1)
-		c.SleepControl(func() { time.Sleep(lateBy) })
+		d := lateBy(req.(*kmsg.FetchRequest))
+		c.SleepControl(func() { time.Sleep(d) })
 		return nil, nil, false
 	})
 	return kc, &fetches
@@ -46,7 +49,7 @@ func slowBroker(t *testing.T, lateBy time.Duration) (kafkalog.Config, *atomic.In
 // never finished.
 func TestReadsFinishWhenFetchesAnswerLate(t *testing.T) {
 	const n = 50
-	kc, fetches := slowBroker(t, 400*time.Millisecond)
+	kc, fetches := slowBroker(t, func(*kmsg.FetchRequest) time.Duration { return 400 * time.Millisecond })
 	ctx := context.Background()
 	parts := appendKeyed(t, ctx, kc, []string{"late-run"}, n)
 	p := parts["late-run"]
@@ -114,5 +117,54 @@ func TestReadsFinishWhenFetchesAnswerLate(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A read of a large partition finishes on a broker whose answers take
+// longer the more they carry (on a loaded machine a broker builds a fetch's
+// answer whole, at a few MiB a second, before its first byte leaves):
+// every fetch asks for little enough to be answered in time. Before, each
+// fetch asked for 16 MiB, its answer came after the connection's timeout,
+// and the read from the start never finished.
+func TestLargeReadsFinishWhenAnswersTakeTimeBySize(t *testing.T) {
+	const n, size = 12, 512 << 10
+	kc, fetches := slowBroker(t, func(req *kmsg.FetchRequest) time.Duration {
+		asked := 0
+		for _, tp := range req.Topics {
+			for _, p := range tp.Partitions {
+				asked += int(p.PartitionMaxBytes)
+			}
+		}
+		return time.Duration(asked) * time.Second / (4 << 20)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w := kafkalog.NewWriter(kc, kc.FactsTopic(), kafkalog.WriterOptions{})
+	defer w.Close()
+	value := func(i int) []byte {
+		v := make([]byte, size)
+		for j := range v {
+			v[j] = byte(i*131 + j*7 + j/251)
+		}
+		return v
+	}
+	var part int32
+	for i := range n {
+		pos, err := w.Append(ctx, []kafkalog.Record{{Key: []byte("large-run"), Value: value(i)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		part = pos[0].Partition
+	}
+	read := 0
+	err := kafkalog.ReadPartition(ctx, kc, kc.FactsTopic(), int(part), 0, n, func(m kafkalog.Message) error {
+		if !bytes.Equal(m.Value, value(int(m.Offset))) {
+			return fmt.Errorf("record %d differs from the one appended", m.Offset)
+		}
+		read++
+		return nil
+	})
+	if err != nil || read != n {
+		t.Fatalf("read %d of %d records of %d KiB in %d fetches: %v", read, n, size>>10, fetches.Load(), err)
 	}
 }

@@ -38,6 +38,15 @@ type TailerOptions struct {
 // the broker's wait plus this second, kafka-go's largest allowance.
 const fetchSlack = time.Second
 
+// fetchBytes bounds what one fetch asks of a partition. The broker builds
+// and sends a fetch's answer whole before its first byte arrives, so the
+// answer's size is time against fetchSlack: 16 MiB answers, built again
+// after each drop, took longer than that on a loaded machine and a read
+// from the start of a large partition never finished. A record larger
+// than this is still read: the broker always answers with the first batch
+// whole.
+const fetchBytes = 1 << 20
+
 // Tailer reads one partition in offset order, from a given offset on,
 // waiting at the log end for what is appended next. It is not safe for
 // concurrent use.
@@ -55,7 +64,7 @@ func NewTailer(c Config, tp TopicPartition, from int64, o TailerOptions) (*Taile
 	}
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers: c.Brokers, Topic: tp.Topic, Partition: tp.Partition,
-		MinBytes: 1, MaxBytes: MaxMessageBytes, MaxWait: o.MaxWait + fetchSlack,
+		MinBytes: 1, MaxBytes: fetchBytes, MaxWait: o.MaxWait + fetchSlack,
 		ReadLagInterval: -1, Dialer: c.Dialer(),
 	})
 	if err := r.SetOffset(from); err != nil {
