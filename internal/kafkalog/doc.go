@@ -53,6 +53,16 @@
 // acknowledgment before sending more, as the HTTP contract asks. Readers
 // return each partition's records in offset order.
 //
+// # Reading on a loaded machine
+//
+// A [Tailer] asks each fetch for at most 1 MiB (a larger record still
+// comes whole) and lets its answer arrive up to a second after the time
+// the broker may hold it. kafka-go drops a connection whose fetch answers
+// later and fetches again, so an allowance shorter than a loaded broker's
+// answer time, or answers too large to build within it, would keep a
+// reader at one offset for as long as the load lasts. The tests in
+// slow_test.go hold both with a broker that answers late.
+//
 // # Tracing
 //
 // [Writer.Append] sets the W3C trace context of its context (through
