@@ -35,6 +35,21 @@ func TestExploreBundle(t *testing.T) {
 	if !strings.Contains(string(index), `"/v1/runs/cli-run/explore":"data/`) {
 		t.Errorf("the data index names no run view: %.300s", index)
 	}
+	// A second bundle into the same directory is refused, unless --force,
+	// which replaces all it held.
+	stale := filepath.Join(out, "stale.js")
+	if err := os.WriteFile(stale, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := run(t, "explore", "--archive", archive, "--out", out); code == 0 || !strings.Contains(stderr, "not empty") || !strings.Contains(stderr, "--force") {
+		t.Errorf("explore into a non-empty --out: exit %d, stderr %q; want a refusal naming --force", code, stderr)
+	}
+	if code, _, stderr := run(t, "explore", "--archive", archive, "--out", out, "--force"); code != 0 {
+		t.Errorf("explore --force: exit %d, stderr %s", code, stderr)
+	}
+	if _, err := os.Stat(stale); err == nil {
+		t.Error("explore --force left a file the directory held before")
+	}
 	if code, _, stderr := run(t, "explore", "--archive", archive); code == 0 || !strings.Contains(stderr, "--out is required") {
 		t.Errorf("explore without --out: exit %d, stderr %q; want a failure naming --out", code, stderr)
 	}
