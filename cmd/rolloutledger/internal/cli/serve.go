@@ -2,6 +2,7 @@ package cli
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rolloutledger/rolloutledger/internal/auth"
+	"github.com/rolloutledger/rolloutledger/internal/httpx"
 	"github.com/rolloutledger/rolloutledger/internal/telemetry"
 	"github.com/rolloutledger/rolloutledger/services/stack"
 )
@@ -26,6 +28,8 @@ func newServeCmd(g *globals) *cobra.Command {
 	var addr, only, data, tokensFile, tlsCert, tlsKey string
 	var insecure bool
 	var own []int
+	var streams httpx.StreamLimits
+	var streamBudgetMiB int64
 	var upstreams []string
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -69,6 +73,10 @@ service; OTEL_SDK_DISABLED=true turns tracing and the ledger's metrics off.`,
 	cmd.Flags().BoolVar(&insecure, "insecure", false, "serve without authentication: anyone who reaches --addr may read and write")
 	cmd.Flags().StringVar(&tlsCert, "tls-cert", "", "PEM certificate chain: serve HTTPS (TLS 1.2 or newer) with --tls-key")
 	cmd.Flags().StringVar(&tlsKey, "tls-key", "", "PEM private key of --tls-cert")
+	cmd.Flags().Int64Var(&streamBudgetMiB, "stream-budget-mib", httpx.DefaultStreamBudget>>20, "MiB all samples responses may hold at once; past it a request waits --stream-wait, then gets 503")
+	cmd.Flags().IntVar(&streams.StreamsPerClient, "streams-per-client", httpx.DefaultStreamsPerClient, "samples responses one token (one address with --insecure) may have open at once; more get 429 (negative: no bound)")
+	cmd.Flags().DurationVar(&streams.Wait, "stream-wait", httpx.DefaultStreamWait, "how long a samples response waits for room in --stream-budget-mib before 503")
+	cmd.Flags().DurationVar(&streams.WriteTimeout, "stream-write-timeout", httpx.DefaultStreamWriteTimeout, "a samples client that takes nothing of a 256 KiB write for this long is cut off")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		log, err := g.logger("json")
 		if err != nil {
@@ -103,9 +111,13 @@ service; OTEL_SDK_DISABLED=true turns tracing and the ledger's metrics off.`,
 		if err != nil {
 			return err
 		}
+		if streamBudgetMiB < 0 {
+			return fmt.Errorf("serve: --stream-budget-mib %d is negative", streamBudgetMiB)
+		}
+		streams.Budget = streamBudgetMiB << 20
 		s, err := stack.Start(cmd.Context(), stack.Options{
 			Addr: addr, Kafka: kc, Only: services, DataDir: data, ProjectorPartitions: own, Upstreams: upstreams, Logger: log, DatabaseURL: dbURL(),
-			Auth: authn, TLSCertFile: tlsCert, TLSKeyFile: tlsKey, Telemetry: tel,
+			Auth: authn, TLSCertFile: tlsCert, TLSKeyFile: tlsKey, Telemetry: tel, HTTP: httpx.ServerOptions{Streams: streams},
 		})
 		if err != nil {
 			return err
