@@ -52,6 +52,24 @@ def tokens_of(facts):
     return ids, texts, lps, native["content"]
 
 
+def eos_end(facts):
+    """Whether the turn ended on the end-of-turn token (then it is the last id)."""
+    return facts["native"].get("stop_type") == "eos"
+
+
+EOS_TEXT = "<|im_end|>"  # SmolLM2's end-of-turn token, id 2
+
+
+def vllm_finish(facts):
+    return "stop" if eos_end(facts) else "length"
+
+
+def sglang_finish(facts, ids, n):
+    if eos_end(facts):
+        return {"type": "stop", "matched": ids[-1]}
+    return {"type": "length", "length": n}
+
+
 def usage(p, c):
     return {"prompt_tokens": p, "total_tokens": p + c, "completion_tokens": c, "prompt_tokens_details": None}
 
@@ -66,6 +84,9 @@ def write_vllm(facts, out):
     prompt = facts["chat_prompt_ids"]
     ids, texts, lps, text = tokens_of(facts)
     n, p = len(ids), len(prompt)
+    if eos_end(facts):
+        texts = texts[:-1] + [EOS_TEXT]
+    fin = vllm_finish(facts)
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": USER}]
     req = {"model": MODEL, "messages": messages, "temperature": 0, "max_tokens": n,
            "logprobs": True, "top_logprobs": 0, "return_token_ids": True}
@@ -78,7 +99,7 @@ def write_vllm(facts, out):
             "message": {"role": "assistant", "content": text, "refusal": None, "annotations": None,
                         "audio": None, "function_call": None, "reasoning": None},
             "logprobs": {"content": [vllm_chat_lp(t, l) for t, l in zip(texts, lps)]},
-            "finish_reason": "length", "stop_reason": None, "token_ids": ids, "routed_experts": None,
+            "finish_reason": fin, "stop_reason": None, "token_ids": ids, "routed_experts": None,
         }],
         "service_tier": None, "system_fingerprint": None, "usage": usage(p, n),
         "prompt_logprobs": None, "prompt_token_ids": prompt, "prompt_text": None,
@@ -96,9 +117,10 @@ def write_vllm(facts, out):
                    prompt_token_ids=prompt)]
     for i, (tid, t, l) in enumerate(zip(ids, texts, lps)):
         last = i == n - 1
-        events.append(dict(head, choices=[{"index": 0, "delta": {"content": t},
+        delta = {"content": t} if not (last and eos_end(facts)) else {}
+        events.append(dict(head, choices=[{"index": 0, "delta": delta,
                                            "logprobs": {"content": [vllm_chat_lp(t, l)]},
-                                           "finish_reason": "length" if last else None,
+                                           "finish_reason": fin if last else None,
                                            **({"stop_reason": None} if last else {}),
                                            "token_ids": [tid]}]))
     u = usage(p, n)
@@ -146,7 +168,8 @@ def write_vllm(facts, out):
             "return_token_ids": True}
     write_json(os.path.join(d, "completions.request.json"), creq)
     offsets, off = [], 0
-    for t in texts:
+    ctexts = texts[:-1] + [""] if eos_end(facts) else texts
+    for t in ctexts:
         offsets.append(off)
         off += len(t)
     write_json(os.path.join(d, "completions.response.json"), {
@@ -156,7 +179,7 @@ def write_vllm(facts, out):
             "index": 0, "text": text,
             "logprobs": {"text_offset": offsets, "token_logprobs": lps, "tokens": texts,
                          "top_logprobs": [{t: l} for t, l in zip(texts, lps)]},
-            "finish_reason": "length", "stop_reason": None, "token_ids": ids, "prompt_logprobs": None,
+            "finish_reason": fin, "stop_reason": None, "token_ids": ids, "prompt_logprobs": None,
             "prompt_token_ids": prompt, "routed_experts": None,
         }],
         "service_tier": None, "system_fingerprint": None, "usage": usage(p, n),
@@ -168,10 +191,10 @@ def write_vllm(facts, out):
             "created": CREATED, "model": MODEL}
     events = []
     for i, (tid, t, l) in enumerate(zip(ids, texts, lps)):
-        ch = {"index": 0, "text": t,
+        ch = {"index": 0, "text": ctexts[i],
               "logprobs": {"text_offset": [offsets[i]], "token_logprobs": [l], "tokens": [t],
                            "top_logprobs": [{t: l}]},
-              "finish_reason": "length" if i == n - 1 else None,
+              "finish_reason": fin if i == n - 1 else None,
               "stop_reason": None, "token_ids": [tid]}
         if i == 0:
             ch["prompt_token_ids"] = prompt
@@ -195,7 +218,7 @@ def write_vllm(facts, out):
     write_json(os.path.join(d, "generate.response.json"), {
         "request_id": "2d6f1b0e-8c5a-4e7b-9f3d-1a2b3c4d5e6f",
         "choices": [{"index": 0, "logprobs": {"content": [gen_lp(t, l) for t, l in zip(ids, lps)]},
-                     "finish_reason": "length", "token_ids": ids, "routed_experts": None}],
+                     "finish_reason": fin, "token_ids": ids, "routed_experts": None}],
         "prompt_logprobs": None, "kv_transfer_params": None,
     })
     write_json(os.path.join(d, "generate_stream.request.json"),
@@ -205,7 +228,7 @@ def write_vllm(facts, out):
     for i, (tid, l) in enumerate(zip(ids, lps)):
         events.append({"request_id": rid, "choices": [{
             "index": 0, "logprobs": {"content": [gen_lp(tid, l)]},
-            "finish_reason": "length" if i == n - 1 else None, "token_ids": [tid],
+            "finish_reason": fin if i == n - 1 else None, "token_ids": [tid],
             "routed_experts": None}], "usage": None})
     events.append({"request_id": rid, "choices": [],
                    "usage": {"prompt_tokens": p, "total_tokens": p + n, "completion_tokens": n}})
@@ -233,17 +256,17 @@ def write_sglang(facts, out):
             m["e2e_latency"] = latency
         return m
 
+    fin = sglang_finish(facts, ids, n)
     one = [{"version": "7", "start": 0, "end": n}]
     write_json(os.path.join(d, "generate.response.json"), {
-        "text": text, "output_ids": ids, "meta_info": meta(n, {"type": "length", "length": n}, one, 0.412)})
+        "text": text, "output_ids": ids, "meta_info": meta(n, fin, one, 0.412)})
 
     # Streaming, default (non-incremental): each chunk is cumulative.
     write_json(os.path.join(d, "generate_stream.request.json"), dict(req, stream=True))
     events = []
     for k in range(1, n + 1):
-        fin = {"type": "length", "length": n} if k == n else None
         events.append({"text": "".join(texts[:k]), "output_ids": ids[:k],
-                       "meta_info": meta(k, fin, [{"version": "7", "start": 0, "end": k}],
+                       "meta_info": meta(k, fin if k == n else None, [{"version": "7", "start": 0, "end": k}],
                                          0.412 if k == n else None)})
     events.append("[DONE]")
     write_sse(os.path.join(d, "generate_stream.sse"), events)
@@ -252,7 +275,7 @@ def write_sglang(facts, out):
     cut = n // 2
     two = [{"version": "7", "start": 0, "end": cut}, {"version": "8", "start": cut, "end": n}]
     write_json(os.path.join(d, "generate_weight_update.response.json"), {
-        "text": text, "output_ids": ids, "meta_info": meta(n, {"type": "length", "length": n}, two, 0.871)})
+        "text": text, "output_ids": ids, "meta_info": meta(n, fin, two, 0.871)})
 
     # An update that aborts in-flight requests: partial output, abort reason.
     write_json(os.path.join(d, "generate_abort.response.json"), {
@@ -268,7 +291,8 @@ def write_sglang(facts, out):
     rest = ids[cut:]
     write_json(os.path.join(d, "generate_continue.response.json"), {
         "text": "".join(texts[cut:]), "output_ids": rest,
-        "meta_info": {"id": "8a9b0c1d2e3f405162738495a6b7c8d9", "finish_reason": {"type": "length", "length": n - cut},
+        "meta_info": {"id": "8a9b0c1d2e3f405162738495a6b7c8d9",
+                      "finish_reason": fin if eos_end(facts) else {"type": "length", "length": n - cut},
                       "prompt_tokens": len(cont), "weight_version": "8",
                       "weight_versions": [{"version": "8", "start": 0, "end": n - cut}],
                       "input_token_logprobs": [],
@@ -277,11 +301,32 @@ def write_sglang(facts, out):
                       "e2e_latency": 0.305}})
 
 
+def facts_from_recording(d):
+    """The same facts, read back from recorded llama.cpp answers."""
+    def load(name):
+        with open(os.path.join(d, name), encoding="utf-8") as f:
+            return json.load(f)
+    facts = {"chat_prompt_ids": load("tokenize_chat_prompt.response.json")["tokens"],
+             "native": load("completion.response.json")}
+    for choice in ("auto", "required"):
+        path = os.path.join(d, "chat_tools_%s.response.json" % choice)
+        if os.path.exists(path):
+            ans = load(os.path.basename(path))
+            if ans["choices"][0]["message"].get("tool_calls"):
+                facts["tool_call"] = ans
+                facts["tool_prompt_ids"] = load("tokenize_tools_prompt_%s.response.json" % choice)["tokens"]
+                break
+    return facts
+
+
 def main():
     if len(sys.argv) != 3:
-        sys.exit("usage: vllm_sglang.py FACTS.json OUT")
-    with open(sys.argv[1], encoding="utf-8") as f:
-        facts = json.load(f)
+        sys.exit("usage: vllm_sglang.py FACTS.json|LLAMACPP_DIR OUT")
+    if os.path.isdir(sys.argv[1]):
+        facts = facts_from_recording(sys.argv[1])
+    else:
+        with open(sys.argv[1], encoding="utf-8") as f:
+            facts = json.load(f)
     write_vllm(facts, sys.argv[2])
     write_sglang(facts, sys.argv[2])
 
