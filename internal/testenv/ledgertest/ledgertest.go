@@ -22,8 +22,10 @@ import (
 	"github.com/rolloutledger/rolloutledger/projections"
 )
 
-// readTimeout bounds one read of a topic.
-const readTimeout = 2 * time.Minute
+// readTimeout bounds one read of a topic: generous, for a read of a few
+// thousand token-bearing facts takes over a minute on a loaded machine
+// under the race detector.
+const readTimeout = 5 * time.Minute
 
 // Facts reads every fact of the facts topic, by run in log order, as the
 // projector folds them. A record that does not decode fails the test.
