@@ -62,11 +62,52 @@ func detokenize(t *testing.T, base string, ids []int32) string {
 	return out.Content
 }
 
+// answerEntries are the ids and log-probs a client received in
+// logprobs.content entries (llama.cpp names each entry's id).
+type answerEntries struct {
+	ids      []int32
+	logprobs []float32
+}
+
+func (a *answerEntries) add(t *testing.T, raw []byte, _ string) {
+	t.Helper()
+	var ans struct {
+		Choices []struct {
+			Logprobs *struct {
+				Content []struct {
+					ID      int32   `json:"id"`
+					Logprob float64 `json:"logprob"`
+				} `json:"content"`
+			} `json:"logprobs"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal(raw, &ans); err != nil {
+		t.Fatalf("answer: %v: %s", err, raw)
+	}
+	for _, c := range ans.Choices {
+		if c.Logprobs == nil {
+			continue
+		}
+		for _, e := range c.Logprobs.Content {
+			a.ids = append(a.ids, e.ID)
+			a.logprobs = append(a.logprobs, float32(e.Logprob))
+		}
+	}
+}
+
 // readStream reads an SSE answer: its data payloads, [DONE] included.
-func readStream(t *testing.T, url string, body any) []string {
+func readStream(t *testing.T, url string, body any, header ...string) []string {
 	t.Helper()
 	raw, _ := json.Marshal(body)
-	resp, err := http.Post(url, "application/json", bytes.NewReader(raw))
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,25 +171,52 @@ func TestLlamaCPPConversation(t *testing.T) {
 		map[string]any{"role": "assistant", "content": ans0.Choices[0].Message.Content},
 		map[string]any{"role": "user", "content": "And two more."})
 	prompts = append(prompts, chatPromptIDs(t, eng.URL, messages))
-	datas := readStream(t, base+"/chat/completions", map[string]any{"messages": messages, "max_tokens": 24, "temperature": 0, "stream": true, "logprobs": true})
+	// (8 tokens: the answer stops at the limit, before the end-of-turn
+	// token; see TestLlamaCPPStreamEOS for a stream that ends there.)
+	datas := readStream(t, base+"/chat/completions", map[string]any{"messages": messages, "max_tokens": 8, "temperature": 0, "stream": true, "logprobs": true})
 	if len(datas) < 2 || datas[len(datas)-1] != "[DONE]" {
 		t.Fatalf("turn 1: stream ended %q, want [DONE] last", datas[max(len(datas)-1, 0):])
 	}
-	sawLogprobs := false
+	// What the client received is the engine's own answer: the ledger's
+	// turns must hold exactly those ids and log-probs.
+	got := make([]answerEntries, 3)
 	for _, d := range datas[:len(datas)-1] {
-		sawLogprobs = sawLogprobs || strings.Contains(d, `"logprob"`)
+		got[1].add(t, []byte(d), "delta")
 		if strings.Contains(d, `"usage"`) && strings.Contains(d, `"choices":[]`) {
 			t.Errorf("turn 1: a usage-only chunk the client did not ask for: %s", d)
 		}
 	}
-	if !sawLogprobs {
+	if len(got[1].ids) == 0 {
 		t.Error("turn 1: the client asked for log-probs and got none")
 	}
+	// Turn 2: whole again, after the streamed answer; it ends with the
+	// end-of-turn token, whose entry a whole answer carries.
+	var streamed strings.Builder
+	for _, d := range datas[:len(datas)-1] {
+		var ch struct {
+			Choices []struct {
+				Delta struct{ Content string } `json:"delta"`
+			} `json:"choices"`
+		}
+		_ = json.Unmarshal([]byte(d), &ch)
+		for _, c := range ch.Choices {
+			streamed.WriteString(c.Delta.Content)
+		}
+	}
+	messages = append(messages,
+		map[string]any{"role": "assistant", "content": streamed.String()},
+		map[string]any{"role": "user", "content": "Thanks."})
+	prompts = append(prompts, chatPromptIDs(t, eng.URL, messages))
+	code, raw = postJSON(t, base+"/chat/completions", map[string]any{"messages": messages, "max_tokens": 24, "temperature": 0, "logprobs": true, "top_logprobs": 1})
+	if code != http.StatusOK {
+		t.Fatalf("turn 2: %d %s", code, raw)
+	}
+	got[2].add(t, raw, "message")
 	rec.waitDelivered(t)
 
 	turns, evs := runFacts[*events.TurnGenerated](t, led.kc, run)
-	if len(turns) != 2 {
-		t.Fatalf("%d turns in the ledger, want 2", len(turns))
+	if len(turns) != 3 {
+		t.Fatalf("%d turns in the ledger, want 3", len(turns))
 	}
 	for i, tg := range turns {
 		if tg.Attempt != attempt || tg.Turn != i {
@@ -166,13 +234,22 @@ func TestLlamaCPPConversation(t *testing.T) {
 		if tg.PromptTokens != int64(len(prompts[i])) || tg.PromptIDsFrom != "tokenize" || tg.IDsFrom != "engine" {
 			t.Errorf("turn %d: prompt_tokens %d from %q, ids from %q; want %d from tokenize, ids from engine", i, tg.PromptTokens, tg.PromptIDsFrom, tg.IDsFrom, len(prompts[i]))
 		}
-		ids, lps := greedy(t, eng.URL, prompts[i], int(tg.CompletionTokens))
+		ids, lps, src := got[i].ids, got[i].logprobs, "the client received"
+		if i == 0 {
+			// The client asked for no log-probs: ask the engine's native
+			// route for the same prompt ids (a fresh evaluation, as turn 0's
+			// was; later turns reuse the slot's cache, which changes the
+			// float sums a little, so they are checked against what the
+			// client received instead).
+			ids, lps = greedy(t, eng.URL, prompts[i], int(tg.CompletionTokens))
+			src = "the engine's native route gives"
+		}
 		if !slices.Equal(tg.TokenIDs, ids) {
-			t.Errorf("turn %d: ids %v, the engine's native route gives %v", i, tg.TokenIDs, ids)
+			t.Errorf("turn %d: ids %v, %s %v", i, tg.TokenIDs, src, ids)
 		}
 		for j := range min(len(lps), len(tg.Logprobs)) {
-			if math.Abs(float64(lps[j]-tg.Logprobs[j])) > 1e-3 {
-				t.Errorf("turn %d token %d: log-prob %v, the engine's native route gives %v", i, j, tg.Logprobs[j], lps[j])
+			if math.Abs(float64(lps[j]-tg.Logprobs[j])) > 1e-4 {
+				t.Errorf("turn %d token %d: log-prob %v, %s %v", i, j, tg.Logprobs[j], src, lps[j])
 				break
 			}
 		}
@@ -182,8 +259,8 @@ func TestLlamaCPPConversation(t *testing.T) {
 		if tg.Engine == nil || tg.Engine.Name != "llamacpp" || tg.Engine.Version == "" {
 			t.Errorf("turn %d: engine %+v, want llamacpp with its build", i, tg.Engine)
 		}
-		if tg.Sampling == nil || tg.Sampling.Temperature == nil || *tg.Sampling.Temperature != 0 || *tg.Sampling.MaxTokens != 24 {
-			t.Errorf("turn %d: sampling %+v, want temperature 0 and max_tokens 24", i, tg.Sampling)
+		if tg.Sampling == nil || tg.Sampling.Temperature == nil || *tg.Sampling.Temperature != 0 || tg.Sampling.MaxTokens == nil || tg.Sampling.LogprobsMode != "raw_logprobs" {
+			t.Errorf("turn %d: sampling %+v, want temperature 0, max_tokens and raw log-probs", i, tg.Sampling)
 		}
 	}
 	if turns[0].Parent != nil || int64(len(turns[0].ObservationTokenIDs)) != turns[0].PromptTokens {
@@ -192,5 +269,51 @@ func TestLlamaCPPConversation(t *testing.T) {
 	if turns[1].Parent == nil && turns[1].Diverged == nil {
 		t.Error("turn 1: neither a parent nor a divergence from turn 0")
 	}
-	t.Logf("turn 1: parent %v prefix %d diverged %+v, %d new prompt tokens", turns[1].Parent, turns[1].PrefixTokens, turns[1].Diverged, len(turns[1].ObservationTokenIDs))
+	for _, tg := range turns[1:] {
+		if tg.Parent != nil {
+			t.Logf("turn %d: parent %d, prefix %d, %d new prompt tokens", tg.Turn, *tg.Parent, tg.PrefixTokens, len(tg.ObservationTokenIDs))
+		} else {
+			t.Logf("turn %d: diverged from %+v, %d prompt tokens", tg.Turn, tg.Diverged, len(tg.ObservationTokenIDs))
+		}
+	}
+}
+
+// TestLlamaCPPStreamEOS: llama.cpp's stream sends no log-prob entry for a
+// token that adds no text, so a streamed answer that ends with the
+// end-of-turn token arrives one entry short. The proxy does not guess the
+// missing token: the turn is recorded without ids, tagged ids_mismatch,
+// and with --strict refused (the harness gets an error and the attempt
+// never trains).
+func TestLlamaCPPStreamEOS(t *testing.T) {
+	eng := testenv.StartSmolLM2(t)
+	led := startLedger(t)
+	for _, strict := range []bool{false, true} {
+		rec := startProxy(t, proxy.Options{Upstreams: []string{eng.URL}, Engine: proxy.EngineLlamaCPP, Ledger: led.url, Strict: strict})
+		run := "proxy-eos"
+		if strict {
+			run += "-strict"
+		}
+		msgs := []map[string]any{{"role": "user", "content": "Reply with one word: yes or no. Is 7 prime?"}}
+		datas := readStream(t, rec.url+"/r/"+run+"/a/a1/v1/chat/completions", map[string]any{"messages": msgs, "max_tokens": 48, "temperature": 0, "stream": true})
+		last := datas[len(datas)-1]
+		if strict && !strings.Contains(last, "turn_refused") {
+			t.Errorf("strict: the stream ended %q, want the turn_refused error", last)
+		}
+		if !strict && last != "[DONE]" {
+			t.Errorf("the stream ended %q, want [DONE]", last)
+		}
+		rec.waitDelivered(t)
+		turns, _ := runFacts[*events.TurnGenerated](t, led.kc, run)
+		if len(turns) != 1 {
+			t.Fatalf("%d turns, want 1", len(turns))
+		}
+		tg := turns[0]
+		want := []string{"ids_mismatch"}
+		if strict {
+			want = []string{"ids_mismatch", "refused"}
+		}
+		if tg.Finish != "stop" || !slices.Equal(tg.Tags, want) || tg.TokenIDs != nil {
+			t.Errorf("strict %v: finish %s tags %v ids %v, want stop, %v and no ids", strict, tg.Finish, tg.Tags, tg.TokenIDs, want)
+		}
+	}
 }
