@@ -68,7 +68,12 @@ func prepare(engine string, ex *exchange) error {
 				ex.clientIDs = ids
 			}
 			ex.asked.logprobs = o.has("logprobs")
-			if !ex.asked.logprobs {
+			n, _ := o.int("logprobs")
+			switch {
+			case engine == EngineLlamaCPP && n == 0:
+				// llama.cpp takes logprobs as n_probs: 0 returns none.
+				o.set("logprobs", 1)
+			case !ex.asked.logprobs:
 				o.set("logprobs", 0)
 			}
 		}
