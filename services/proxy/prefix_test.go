@@ -1,6 +1,9 @@
 package proxy
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestRelate(t *testing.T) {
 	seq0 := []int32{1, 2, 3, 4, 5}          // turn 0: prompt 1 2 3, completion 4 5
@@ -46,5 +49,23 @@ func TestRelateFirstTurn(t *testing.T) {
 	rel := relate([]int32{1, 2, 3}, nil, -1, nil)
 	if rel.Parent != -1 || rel.Prefix != 0 || rel.DivergedFrom != -1 {
 		t.Errorf("first turn: %+v, want no parent and no divergence", rel)
+	}
+}
+
+func TestCutText(t *testing.T) {
+	cases := []struct {
+		in, want string
+		cut      int64
+	}{
+		{"plain", "plain", 0},
+		{"a\x00b\x00", "ab", 2},
+		{"bad \xff utf-8", "bad  utf-8", 1},
+		{strings.Repeat("é", 40000), strings.Repeat("é", 32768), 80000 - 65536},
+	}
+	for _, c := range cases {
+		got, cut := cutText(c.in)
+		if got != c.want || cut != c.cut {
+			t.Errorf("cutText(%.20q): %.20q cut %d, want %.20q cut %d", c.in, got, cut, c.want, c.cut)
+		}
 	}
 }

@@ -2,9 +2,11 @@ package proxy
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -30,16 +32,30 @@ func toolID(id identity, turn, call int) string {
 }
 
 // cutText keeps at most events.MaxTextBytes of s, cut at a character
-// boundary, and says how many bytes were left out.
+// boundary, and says how many bytes were left out. NUL characters, which
+// the catalogue refuses in text (a model can generate the byte, a tool can
+// print it), are left out and counted too: the text is for people, the
+// token ids stay exact.
 func cutText(s string) (string, int64) {
+	var dropped int64
+	if strings.IndexByte(s, 0) >= 0 {
+		n := len(s)
+		s = strings.ReplaceAll(s, "\x00", "")
+		dropped = int64(n - len(s))
+	}
+	if !utf8.ValidString(s) {
+		n := len(s)
+		s = strings.ToValidUTF8(s, "")
+		dropped += int64(n - len(s))
+	}
 	if len(s) <= events.MaxTextBytes {
-		return s, 0
+		return s, dropped
 	}
 	n := events.MaxTextBytes
 	for n > 0 && !utf8.RuneStart(s[n]) {
 		n--
 	}
-	return s[:n], int64(len(s) - n)
+	return s[:n], dropped + int64(len(s)-n)
 }
 
 // turnFacts is what one recorded turn writes: its turn fact, the tool
@@ -270,7 +286,7 @@ func (s *Server) encode(id identity, f *turnFacts) ([]pending, error) {
 	}
 	ev := events.Event{ID: turnID(id, f.turn.Turn), Run: id.Run, Type: events.TypeTurnGenerated, V: events.CurrentVersion(events.TypeTurnGenerated), At: at, Source: s.o.Source, Data: f.turn}
 	rec, err := encodeChecked(ev)
-	if err != nil && len(f.turn.ObservationTokenIDs) > 0 {
+	if err != nil && errors.Is(err, events.ErrTooLarge) && len(f.turn.ObservationTokenIDs) > 0 {
 		// A prompt of hundreds of thousands of new tokens does not fit in
 		// one record (1 MiB): keep the turn without them, tagged, rather
 		// than lose it. Its sequence is still marked, so later turns
