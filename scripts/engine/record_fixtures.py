@@ -229,18 +229,20 @@ def record_smol(rec, url, facts):
 def record_tiny(rec, url, facts):
     m = "tiny random llama (scripts/engine/tiny_gguf.py)"
     rec.record("tiny_props", url, "GET", "/props", model=m)
-    # Find a seed whose sampled bytes split a UTF-8 character: fewer log-prob
-    # entries than generated tokens.
+    # Find a seed whose sampled bytes split UTF-8 characters in the middle of
+    # the turn: fewer log-prob entries than generated tokens, and the last
+    # entry is the last token (so the loss is not only at the end).
     base = {"model": "tiny", "messages": [{"role": "user", "content": "hello world"}],
             "max_tokens": 12, "temperature": 1.0, "logprobs": True, "top_logprobs": 1,
             "ignore_eos": True}
     found = None
     for seed in range(1, 200):
-        st, _, payload = rec.call(url, "POST", "/v1/chat/completions", dict(base, seed=seed))
+        st, _, payload = rec.call(url, "POST", "/v1/chat/completions",
+                                  dict(base, seed=seed, return_tokens=True, verbose=True))
         ans = json.loads(payload)
-        n_lp = len(ans["choices"][0]["logprobs"]["content"])
-        n_tok = ans["usage"]["completion_tokens"]
-        if n_lp < n_tok:
+        entries = [e["id"] for e in ans["choices"][0]["logprobs"]["content"]]
+        tokens = ans["__verbose"]["tokens"]
+        if len(entries) < len(tokens) and entries and entries[-1] == tokens[-1]:
             found = seed
             break
     if found is None:
