@@ -75,6 +75,11 @@ func canonicalOfArrow(t *testing.T, body []byte) ([]byte, map[string]string) {
 				LossMask:        mask.ListValues().(*array.Uint8).Uint8Values()[from:to],
 				RolloutLogprobs: lps.ListValues().(*array.Float32).Float32Values()[from:to],
 				PolicyVersions:  vers.ListValues().(*array.Int64).Int64Values()[from:to]}
+			// Rule version 4 on: each token's sampling temperature, last.
+			if int(rec.NumCols()) > 8 {
+				temps := rec.Column(8).(*array.List)
+				s.Temperatures = temps.ListValues().(*array.Float32).Float32Values()[from:to]
+			}
 			if out, err = projections.AppendSample(out, &s); err != nil {
 				t.Fatal(err)
 			}
