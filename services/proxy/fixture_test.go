@@ -294,7 +294,12 @@ func TestSGLangFixtures(t *testing.T) {
 	const run = "proxy-sglang"
 	answers := map[string][]byte{}
 	for _, name := range []string{"generate", "generate_stream", "generate_weight_update", "generate_abort"} {
-		req := readFixture(t, "sglang", name+".request.json")
+		// The weight update and the abort answer generate's request.
+		reqName := name
+		if name == "generate_weight_update" || name == "generate_abort" {
+			reqName = "generate"
+		}
+		req := readFixture(t, "sglang", reqName+".request.json")
 		url := rec.url + "/r/" + run + "/a/" + name + "/generate"
 		if name == "generate_stream" {
 			answers[name] = []byte(strings.Join(readStream(t, url, req, "X-Fixture", name), "\n"))
