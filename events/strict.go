@@ -139,7 +139,14 @@ var rawMessageType = reflect.TypeFor[json.RawMessage]()
 type decodeState struct {
 	binary []binaryText
 	ingest bool
+	// inner marks the shared state of the objects inside a fact, which
+	// collects nothing.
+	inner bool
 }
+
+// ingestInner is the state of every object inside a fact on its way in:
+// shared, read-only, so that a nested object costs no allocation.
+var ingestInner = &decodeState{ingest: true, inner: true}
 
 // nested is the state of an object inside the one st decodes: it holds
 // to the same rules, and collects no binary text (only the data's own
@@ -148,7 +155,7 @@ func (st *decodeState) nested() *decodeState {
 	if st == nil || !st.ingest {
 		return nil
 	}
-	return &decodeState{ingest: true}
+	return ingestInner
 }
 
 // binaryText is the base64 text of the binary field at index field of the
@@ -223,7 +230,7 @@ func decodeObject(raw []byte, rv reflect.Value, path string, st *decodeState) *F
 			if fe != nil {
 				return fe
 			}
-			if st != nil && text != nil {
+			if st != nil && !st.inner && text != nil {
 				st.binary = append(st.binary, binaryText{field: i, text: text})
 			}
 			continue
