@@ -339,6 +339,10 @@ func checkReceivedRecorded(t *testing.T, h *chatHarness, turns []*events.TurnGen
 	}
 	j := 0
 	for i, text := range h.received {
+		// The ledger holds no NUL character (the tiny random model emits
+		// byte 0 now and then): the proxy leaves them out of the text and
+		// counts them in text_cut; the ids keep them.
+		text = strings.ReplaceAll(text, "\x00", "")
 		for j < len(turns) && turns[j].Text != text {
 			j++
 		}
