@@ -343,6 +343,10 @@ func (pb *proxyBench) post(ctx context.Context, base string, body []byte) (*http
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	// llama-server closes a kept-alive connection after a number of
+	// requests, which a POST on it meets as EOF: marked idempotent (these
+	// requests only generate), the transport sends it again on a new one.
+	req.Header["Idempotency-Key"] = nil // present, so idempotent; empty, so not sent
 	resp, err := pb.client.Do(req)
 	if err != nil {
 		return nil, err
