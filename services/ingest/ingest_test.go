@@ -29,12 +29,16 @@ func turn2K(r *rand.Rand, run string, n int) events.Event {
 	for i := range obs {
 		obs[i] = r.Int32N(151936)
 	}
-	return events.New(run, "engine-1", time.Date(2026, 11, 29, 19, 10, 0, 0, time.UTC), &events.TurnGenerated{
+	ev := events.New(run, "engine-1", time.Date(2026, 11, 29, 19, 10, 0, 0, time.UTC), &events.TurnGenerated{
 		Attempt: "g/a-0", Turn: n, PromptTokens: 9000, CompletionTokens: 2048,
 		VersionSegments:     []events.VersionSegment{{Start: 0, PolicyVersion: 3}, {Start: 1500, PolicyVersion: 4}},
 		ObservationTokenIDs: obs, TokenIDs: ids, Logprobs: lps, Text: fmt.Sprintf("turn %d: «ok» <done>", n),
 		Finish: events.FinishToolCall, LatencyMS: 4000,
 	})
+	// Version 2: its observation tokens are the tool output alone (from
+	// version 3 on they are all of the prompt not shared with a parent).
+	ev.V = 2
+	return ev
 }
 
 // Ingest stores each fact's canonical record, whatever spelling of it a
