@@ -129,6 +129,23 @@ func TestProxyTurnsTrain(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// The explorer shows the proxy's turns, with their tokens.
+	for _, att := range []string{"a-1", "a-2"} {
+		resp, err := http.Get(led.url + "/v1/runs/" + run + "/explore/attempts/" + att)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var view struct {
+			Turns []struct {
+				TokenIDs []int32 `json:"token_ids"`
+			} `json:"turn_list"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&view)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || err != nil || len(view.Turns) != 2 || len(view.Turns[1].TokenIDs) == 0 {
+			t.Errorf("explorer, attempt %s: %s, %v, %d turns; want its 2 turns", att, resp.Status, err, len(view.Turns))
+		}
+	}
 	turns, _ := runFacts[*events.TurnGenerated](t, led.kc, run)
 	if len(samples) != 2 {
 		t.Fatalf("%d samples, want one per attempt", len(samples))
