@@ -247,6 +247,9 @@ func TestV2FactsLand(t *testing.T) {
 		Input: "make", Output: "ok", OutputCut: 8998})
 	task := events.New(run, "scheduler", at, &events.TaskRegistered{Task: "t", Source: "s", Kind: "swe", Gates: []events.Gate{},
 		Prompt: "Fix it.", PromptCut: 12})
+	// Version 2 records, as the test's name says (version 3 turns hold the
+	// whole new prompt as observation tokens).
+	v2.V, tool.V = 2, 2
 	appendRecords(t, kc, kc.FactsTopic(), []kafkalog.Record{factRecord(t, v1), factRecord(t, v2), factRecord(t, tool), factRecord(t, task)})
 	runSink(t, kc, url, schema)
 	waitStored(t, url, schema, kc)
