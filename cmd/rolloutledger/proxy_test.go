@@ -353,10 +353,12 @@ func checkReceivedRecorded(t *testing.T, h *chatHarness, turns []*events.TurnGen
 	}
 }
 
-// engineUpstream starts llama-server with the tiny model.
+// engineUpstream starts llama-server with the tiny model, with room for
+// a long conversation: a harness that keeps going for a minute without
+// the ledger reaches thousands of tokens (2,048 a slot is too few).
 func engineUpstream(t *testing.T) string {
 	t.Helper()
-	return testenv.StartTinyLlama(t).URL
+	return testenv.StartTinyLlama(t, "-c", "32768").URL
 }
 
 // TestProxyKill9MidConversation kills the proxy with SIGKILL twice in one
@@ -455,7 +457,7 @@ func TestProxyLedgerDown(t *testing.T) {
 	stop := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		done <- h.converse(ctx, 60, opts, func(i int) bool {
+		done <- h.converse(ctx, 300, opts, func(i int) bool {
 			progress <- i
 			select {
 			case <-stop:
