@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -69,6 +70,13 @@ func RepoRoot() (string, error) {
 	}
 }
 
+// clusterMu is held by the test whose cluster is running;
+// clustersStarted counts the clusters of this test process.
+var (
+	clusterMu       sync.Mutex
+	clustersStarted atomic.Int32
+)
+
 // StartKafkaCluster starts three brokers from the jars of
 // $ROLLOUTLEDGER_KAFKA_LIBS (default <repo>/.services/kafka/libs) on free
 // loopback ports with data in a temporary directory, waits until each
@@ -94,6 +102,11 @@ func StartKafkaCluster(t testing.TB) *KafkaCluster {
 	if _, err := exec.LookPath(java); err != nil {
 		Unavailable(t, "no java to run the Kafka cluster: %v", err)
 	}
+	// The cluster's ports are fixed, so one cluster runs at a time in a
+	// test process: parallel tests that each start one take turns. The
+	// unlock is registered first, so it runs after the brokers are killed.
+	clusterMu.Lock()
+	t.Cleanup(clusterMu.Unlock)
 	dir, err := os.MkdirTemp("", "rl-kafka-cluster-")
 	if err != nil {
 		t.Fatal(err)
@@ -375,9 +388,10 @@ func (c *KafkaCluster) Log(i int) string {
 	return string(bytes.TrimSpace(data))
 }
 
-// KafkaClusterPortEnv overrides the first client port of the cluster
+// KafkaClusterPortEnv overrides the first client port of the first cluster
 // [19092]: brokers listen on it and the next two, controllers on the three
-// ports 100 above. Fixed ports below the ephemeral range, so that no
+// ports 100 above; each later cluster of the process 300 above the one
+// before. Fixed ports below the ephemeral range, so that no
 // outgoing connection takes a killed broker's port before it restarts.
 const KafkaClusterPortEnv = "ROLLOUTLEDGER_KAFKA_CLUSTER_PORT"
 
@@ -389,6 +403,13 @@ func clusterPorts() ([]int, error) {
 			return nil, fmt.Errorf("$%s=%q: want a port between 1024 and 65000", KafkaClusterPortEnv, v)
 		}
 		base = n
+	}
+	// Each cluster of a test process takes ports of its own (300 apart),
+	// so a cluster never starts on ports the previous one's brokers and
+	// their clients have only just let go of.
+	base += 300 * int(clustersStarted.Add(1)-1)
+	if base+102 > 32767 {
+		return nil, fmt.Errorf("too many Kafka clusters in one test process for ports from %d below the ephemeral range", base)
 	}
 	ports := []int{base, base + 1, base + 2, base + 100, base + 101, base + 102}
 	for _, p := range ports {
