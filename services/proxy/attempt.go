@@ -93,9 +93,3 @@ func (as *attempts) sweep(now time.Time) int {
 	}
 	return n
 }
-
-func (as *attempts) len() int {
-	as.mu.Lock()
-	defer as.mu.Unlock()
-	return len(as.m)
-}

@@ -215,7 +215,6 @@ func promptIDs(ctx context.Context, c *http.Client, engine, base string, ex *exc
 			return nil, fmt.Errorf("%s gives a text prompt's ids only in its answer", engine)
 		}
 	case routeSGLangNative:
-		text = ex.req.str("text")
 		return nil, fmt.Errorf("sglang: a text prompt's ids come in its answer only with input_ids; send input_ids")
 	default:
 		return nil, fmt.Errorf("no prompt ids for %s", ex.kind)

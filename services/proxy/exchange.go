@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 	"time"
 
@@ -124,7 +123,6 @@ type exchange struct {
 	req    obj
 	asked  asked
 	stream bool
-	began  time.Time
 	// promptIDs is the prompt as ids when the client gave them (token-in).
 	clientIDs []int32
 	sampling  *events.Sampling
@@ -132,8 +130,8 @@ type exchange struct {
 	cap capture
 }
 
-func newExchange(kind routeKind, id identity, req obj, began time.Time) *exchange {
-	ex := &exchange{kind: kind, id: id, req: req, began: began}
+func newExchange(kind routeKind, id identity, req obj) *exchange {
+	ex := &exchange{kind: kind, id: id, req: req}
 	ex.cap.lastVersion = -1
 	return ex
 }
@@ -157,7 +155,6 @@ type capture struct {
 	tags          []string
 	engineVersion []events.VersionSegment // versions the engine reported, per span
 	lastVersion   int64                   // the engine's version of the last token, -1 unknown
-	model         string
 	// logprob entries seen in a stream, and ids seen, for the length check
 	entries int
 	latency time.Duration
@@ -275,5 +272,3 @@ func samplingOf(o obj) *events.Sampling {
 	}
 	return s
 }
-
-func itoa(i int) string { return strconv.Itoa(i) }

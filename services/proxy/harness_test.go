@@ -82,7 +82,8 @@ func (r *recorder) waitDelivered(t *testing.T) {
 	}
 }
 
-func postJSON(t *testing.T, url string, body any, header ...string) (int, []byte) {
+// jsonRequest is a POST of body as JSON with the given header pairs.
+func jsonRequest(t *testing.T, url string, body any, header ...string) *http.Request {
 	t.Helper()
 	raw, err := json.Marshal(body)
 	if err != nil {
@@ -96,7 +97,12 @@ func postJSON(t *testing.T, url string, body any, header ...string) (int, []byte
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	return req
+}
+
+func postJSON(t *testing.T, url string, body any, header ...string) (int, []byte) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(jsonRequest(t, url, body, header...))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package proxy_test
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"math"
 	"net/http"
@@ -98,16 +97,7 @@ func (a *answerEntries) add(t *testing.T, raw []byte, _ string) {
 // readStream reads an SSE answer: its data payloads, [DONE] included.
 func readStream(t *testing.T, url string, body any, header ...string) []string {
 	t.Helper()
-	raw, _ := json.Marshal(body)
-	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(raw))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := http.DefaultClient.Do(jsonRequest(t, url, body, header...))
 	if err != nil {
 		t.Fatal(err)
 	}

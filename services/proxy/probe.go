@@ -74,7 +74,7 @@ func (s *Server) Probe(ctx context.Context) error {
 	req.set("messages", []map[string]string{{"role": "user", "content": "ping"}})
 	req.set("max_tokens", 4)
 	req.set("temperature", 0)
-	ex := newExchange(routeChat, identity{}, req, time.Now())
+	ex := newExchange(routeChat, identity{}, req)
 	if err := prepare(s.o.Engine, ex); err != nil {
 		return err
 	}

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"strings"
 
 	json "github.com/segmentio/encoding/json"
 )
@@ -152,7 +151,6 @@ func (c *capture) readChoice(ch obj, kind routeKind) {
 
 // readAnswer takes a whole OpenAI-compatible answer.
 func (c *capture) readAnswer(o obj, kind routeKind) {
-	c.model = o.str("model")
 	if o.has("prompt_token_ids") {
 		if ids, err := parseIDs(o["prompt_token_ids"]); err == nil {
 			c.promptIDs, c.promptFrom = ids, "engine"
@@ -219,10 +217,3 @@ func strip(raw []byte, o obj, a asked, stream bool) ([]byte, bool) {
 
 // isDone reports whether an SSE data payload is the stream's terminator.
 func isDone(data []byte) bool { return bytes.Equal(bytes.TrimSpace(data), []byte("[DONE]")) }
-
-func trimData(line string) (string, bool) {
-	if !strings.HasPrefix(line, "data:") {
-		return "", false
-	}
-	return strings.TrimPrefix(strings.TrimPrefix(line, "data:"), " "), true
-}

@@ -22,7 +22,6 @@ import (
 
 	json "github.com/segmentio/encoding/json"
 
-	"github.com/rolloutledger/rolloutledger/events"
 	"github.com/rolloutledger/rolloutledger/internal/httpx"
 )
 
@@ -250,7 +249,7 @@ func (s *Server) record(w http.ResponseWriter, r *http.Request, kind routeKind, 
 		s.refuse(w, rl, badRequest("bad_json", "the request body is not a JSON object: %v", err))
 		return
 	}
-	ex := newExchange(kind, id, o, arrived)
+	ex := newExchange(kind, id, o)
 	if err := prepare(s.o.Engine, ex); err != nil {
 		s.refuse(w, rl, err)
 		return
@@ -513,9 +512,6 @@ func (s *Server) readChunk(ex *exchange, data []byte) ([]byte, bool) {
 	c := &ex.cap
 	switch ex.kind {
 	case routeChat, routeCompletion, routeVLLMNative:
-		if m := o.str("model"); m != "" {
-			c.model = m
-		}
 		if o.has("prompt_token_ids") && c.promptIDs == nil {
 			if ids, err := parseIDs(o["prompt_token_ids"]); err == nil {
 				c.promptIDs, c.promptFrom = ids, "engine"
@@ -706,5 +702,3 @@ func (s *Server) update(w http.ResponseWriter, r *http.Request, route string) {
 	w.WriteHeader(lastStatus)
 	_, _ = w.Write(lastBody)
 }
-
-var _ = events.MaxTextBytes
