@@ -18,6 +18,12 @@ package dataset
 //     appended before the turn are in metrics.extra.observation_token_ids.
 //     step extra holds the turn's policy-version segments, its staleness
 //     and whether it trained in its batch, finish and latency.
+//   - text cut to fit a fact (docs/design.md §4.3) is marked on its step,
+//     in extra, by the bytes left out of its end: prompt_cut on step 1,
+//     text_cut on a turn's step, and tool_cuts, one {tool_call_id,
+//     input_cut, output_cut} per call of the turn whose input or output
+//     was cut (an observation result has no extra of its own). None is
+//     written when nothing was cut.
 //   - final_metrics totals the tokens; its extra, and the root's, carry
 //     the reward, score, advantage, pass, batch and outcome (the format
 //     has no reward field of its own) and the ledger head.
@@ -55,6 +61,13 @@ type atifToolCall struct {
 	Arguments    map[string]string `json:"arguments"`
 }
 
+// atifToolCut marks a tool call whose input or output was cut.
+type atifToolCut struct {
+	ToolCallID string `json:"tool_call_id"`
+	InputCut   int64  `json:"input_cut"`
+	OutputCut  int64  `json:"output_cut"`
+}
+
 type atifObservation struct {
 	Results []atifResult `json:"results"`
 }
@@ -88,7 +101,7 @@ func WriteATIF(path string, runs []*Run) (File, error) {
 }
 
 func trajectoryOf(r *Run, a *Attempt) (atifTrajectory, error) {
-	prompt, _ := r.Prompt(a.Task)
+	prompt, promptCut := r.Prompt(a.Task)
 	o := outcomeOf(r, a)
 	tr := atifTrajectory{SchemaVersion: ATIFVersion, SessionID: r.Run + "/" + a.Attempt,
 		Agent: atifAgent{Name: orUnknown(r.Harness), Version: "unrecorded", ModelName: r.Model},
@@ -96,6 +109,9 @@ func trajectoryOf(r *Run, a *Attempt) (atifTrajectory, error) {
 		Notes: "exported by rolloutledger from the ledger's facts; reward and outcome in final_metrics.extra",
 		Extra: map[string]any{"run": r.Run, "task": a.Task, "group": a.Group, "attempt": a.Attempt, "purpose": a.Purpose,
 			"reward": o.Reward, "ledger_head": o.LedgerHead}}
+	if promptCut > 0 {
+		tr.Steps[0].Extra = map[string]any{"prompt_cut": promptCut}
+	}
 	calls := callsByTurn(a)
 	for _, t := range a.turns {
 		obs, ids, lps, err := r.TokensOf(t)
@@ -122,6 +138,10 @@ func trajectoryOf(r *Run, a *Attempt) (atifTrajectory, error) {
 				s.Observation = &atifObservation{}
 			}
 			s.Observation.Results = append(s.Observation.Results, atifResult{SourceCallID: callID(c), Content: r.OutputOf(c)})
+			if c.InputCut > 0 || c.OutputCut > 0 {
+				cuts, _ := s.Extra["tool_cuts"].([]atifToolCut)
+				s.Extra["tool_cuts"] = append(cuts, atifToolCut{ToolCallID: callID(c), InputCut: c.InputCut, OutputCut: c.OutputCut})
+			}
 		}
 		tr.Steps = append(tr.Steps, s)
 		tr.FinalMetrics.TotalPromptTokens += t.PromptTokens

@@ -56,6 +56,16 @@ var textRun = simulate.Options{Seed: 11, Tasks: 12, Steps: 2, BatchGroups: 2, Ma
 
 func planSource(t testing.TB, o simulate.Options, run string, text bool) *memSource {
 	t.Helper()
+	var edit func(*events.Event)
+	if text {
+		edit = withText
+	}
+	return planSourceWith(t, o, run, edit)
+}
+
+// planSourceWith is planSource with each event changed by edit (nil: none).
+func planSourceWith(t testing.TB, o simulate.Options, run string, edit func(*events.Event)) *memSource {
+	t.Helper()
 	plan, err := simulate.Generate(o, run)
 	if err != nil {
 		t.Fatal(err)
@@ -63,8 +73,8 @@ func planSource(t testing.TB, o simulate.Options, run string, text bool) *memSou
 	m := &memSource{run: run}
 	fold, store := projections.NewFold(run), projections.NewMemStore()
 	for i, ev := range plan.All() {
-		if text {
-			withText(&ev)
+		if edit != nil {
+			edit(&ev)
 		}
 		v, err := events.Encode(ev)
 		if err != nil {

@@ -149,8 +149,9 @@ def check_chat(line: dict) -> None:
     open_calls: set[str] = set()
     seen: set[str] = set()
     for i, m in enumerate(msgs):
-        assert set(m) <= {"role", "content", "tool_calls", "tool_call_id"}, m
+        assert set(m) <= {"role", "content", "tool_calls", "tool_call_id", "content_cut"}, m
         assert isinstance(m["content"], str)
+        assert m.get("content_cut", 1) > 0, f"message {i}: content_cut 0 is left out, not written"
         role = m["role"]
         if role in ("system", "user"):
             assert not open_calls, f"message {i}: {role} before the tool calls {open_calls} were answered"
