@@ -29,5 +29,6 @@
 // llamacpp.go, vllm.go, sglang.go) edit requests and read answers into a
 // [capture]; turn.go builds facts from a capture and the attempt's state
 // (prefix.go relates a prompt to earlier turns); spool.go and sender.go
-// hold and deliver the facts; weights.go follows policy versions.
+// hold and deliver the facts; weights.go follows policy versions;
+// vocabulary.go registers the engine's vocabulary once per run.
 package proxy

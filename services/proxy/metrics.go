@@ -18,6 +18,7 @@ type metrics struct {
 	sent       prometheus.Counter
 	refused    prometheus.Counter
 	sendErrors prometheus.Counter
+	vocabulary *prometheus.CounterVec // {outcome}: registered, known, failed
 }
 
 func newMetrics(sp *spool) *metrics {
@@ -36,7 +37,10 @@ func newMetrics(sp *spool) *metrics {
 	m.sent = prometheus.NewCounter(prometheus.CounterOpts{Name: "rolloutledger_proxy_facts_sent_total", Help: "Facts the ledger acknowledged."})
 	m.refused = prometheus.NewCounter(prometheus.CounterOpts{Name: "rolloutledger_proxy_facts_refused_total", Help: "Facts the ledger refused, kept in the spool as dead letters."})
 	m.sendErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "rolloutledger_proxy_send_errors_total", Help: "Sends to the ledger that failed and will be retried."})
-	m.reg.MustRegister(m.requests, m.turns, m.added, m.sent, m.refused, m.sendErrors,
+	m.vocabulary = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rolloutledger_proxy_vocabulary_total", Help: "Runs whose vocabulary the proxy spooled (registered), found spooled before (known), or could not fetch (failed; a later turn tries again).",
+	}, []string{"outcome"})
+	m.reg.MustRegister(m.requests, m.turns, m.added, m.sent, m.refused, m.sendErrors, m.vocabulary,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rolloutledger_proxy_spool_facts", Help: "Facts in the spool waiting for the ledger."},

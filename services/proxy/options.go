@@ -31,6 +31,10 @@ type Options struct {
 	// Strict refuses requests without an attempt and turns whose ids
 	// cannot be verified.
 	Strict bool
+	// NoVocabulary turns off registering the engine's vocabulary
+	// (vocabulary.registered, once per run, in the background; llama.cpp
+	// only: the other engines' routes give no token's bytes).
+	NoVocabulary bool
 	// MaxBodyBytes bounds a request body (default 32 MiB).
 	MaxBodyBytes int64
 	// AdminToken, when set, is required to announce weight versions;

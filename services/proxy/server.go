@@ -34,6 +34,7 @@ type Server struct {
 	m             *metrics
 	w             weights
 	as            *attempts
+	vocab         *registrar
 	ups           []*url.URL
 	engineVersion string
 	mux           *http.ServeMux
@@ -61,6 +62,7 @@ func New(o Options) (*Server, error) {
 	}
 	s.m = newMetrics(sp)
 	s.snd = newSender(sp, o.Ledger, o.Token, o.Client, o.Logger, s.m)
+	s.vocab = newRegistrar(s)
 	s.routes()
 	return s, nil
 }
@@ -74,6 +76,10 @@ func (s *Server) Start(ctx context.Context) {
 	ctx, s.cancel = context.WithCancel(ctx)
 	s.wg.Add(2)
 	go func() { defer s.wg.Done(); s.snd.run(ctx) }()
+	if s.vocab != nil {
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); s.vocab.run(ctx) }()
+	}
 	go func() {
 		defer s.wg.Done()
 		t := time.NewTicker(time.Minute)
@@ -584,6 +590,8 @@ func (s *Server) commit(ex *exchange, segs *segments, fetched chan fetchResult, 
 		return false, err
 	}
 	a.st, a.seq = f.state, f.seq
+	// The run's vocabulary, once, in the background.
+	s.vocab.want(ex.id.Run, s.pick(ex.id).String())
 	outcome := "ok"
 	switch {
 	case f.refused:

@@ -17,6 +17,7 @@ import (
 //	d <seq:8>            a fact the ledger refused: run, NUL, record, NUL, why
 //	a <run> NUL <attempt> the attempt's state (attemptState, JSON)
 //	s <run> NUL <attempt> the attempt's last whole sequence, int32 LE
+//	v <run> NUL <engine> NUL <model>  the run's vocabulary is spooled
 //
 // A turn's facts, its attempt's state and its sequence are written in one
 // synced batch: after a crash either all of a turn is in the spool, and the
@@ -28,6 +29,7 @@ const (
 	prefixDead    = 'd'
 	prefixAttempt = 'a'
 	prefixSeq     = 's'
+	prefixVocab   = 'v'
 )
 
 // ErrSpoolFull is returned when the facts waiting for the ledger exceed
@@ -152,6 +154,53 @@ func (s *spool) commit(id identity, st *attemptState, seq []int32, facts []pendi
 		}
 	}
 	return nil
+}
+
+// commitMarked writes facts to the queue together with a mark, synced:
+// the mark says the facts were spooled, so they are not spooled again.
+func (s *spool) commitMarked(mark []byte, facts []pending) error {
+	b := s.db.NewBatch()
+	defer b.Close()
+	if err := b.Set(mark, nil, nil); err != nil {
+		return err
+	}
+	var bytes int64
+	s.mu.Lock()
+	for _, f := range facts {
+		v := make([]byte, 0, len(f.run)+1+len(f.record))
+		v = append(append(append(v, f.run...), 0), f.record...)
+		if err := b.Set(seqKey(prefixQueue, s.nextSeq), v, nil); err != nil {
+			s.mu.Unlock()
+			return err
+		}
+		s.nextSeq++
+		bytes += int64(len(v))
+	}
+	err := b.Commit(pebble.Sync)
+	s.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("proxy: spool commit: %w", err)
+	}
+	s.queued.Add(bytes)
+	s.count.Add(int64(len(facts)))
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// marked says whether a mark is in the spool.
+func (s *spool) marked(mark []byte) (bool, error) {
+	_, closer, err := s.db.Get(mark)
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	closer.Close()
+	return true, nil
 }
 
 // loadAttempt reads an attempt's state and last sequence; a new attempt

@@ -71,6 +71,7 @@ The scheduler still writes run.started, groups, attempts and rewards.`,
 	f.StringVar(&o.AdminToken, "admin-token", "", "token required by POST /admin/weight-version and the engines' update routes (default $ROLLOUTLEDGER_PROXY_ADMIN_TOKEN; unset: loopback clients only)")
 	f.Int64Var(&o.PolicyVersion, "policy-version", 0, "the policy version the engines serve at start, until the trainer announces another")
 	f.StringVar(&o.Source, "source", proxy.DefaultSource, "producer identity written into every fact")
+	f.BoolVar(&o.NoVocabulary, "no-vocabulary", false, "do not register the engine's vocabulary (vocabulary.registered, once per run, in the background; llama.cpp only)")
 	f.Int64Var(&o.MaxBodyBytes, "max-body-bytes", proxy.DefaultMaxBodyBytes, "largest request body accepted")
 	return cmd
 }
