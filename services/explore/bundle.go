@@ -183,6 +183,10 @@ func writeBundle(dir string, m *Model, now time.Time) (files int, err error) {
 		if err := put(base+"/groups/"+id, v); err != nil {
 			return files, err
 		}
+		sv, _ := m.SideView(id)
+		if err := put(base+"/side-by-side/"+id, sv); err != nil {
+			return files, err
+		}
 	}
 	if err := put(base+"/attempts", map[string]any{"attempts": m.Attempts()}); err != nil {
 		return files, err

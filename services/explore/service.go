@@ -109,6 +109,22 @@ func (s *Service) Register(mux Routes) {
 		v, ok := m.GroupView(r.PathValue("group"))
 		return found(v, ok, fmt.Sprintf("no group %q", r.PathValue("group")))
 	}))
+	mux.Handle("GET /v1/runs/{run}/explore/side-by-side/{group...}", s.view(func(m *Model, r *http.Request) (any, error) {
+		v, ok := m.SideView(r.PathValue("group"))
+		return found(v, ok, fmt.Sprintf("no group %q", r.PathValue("group")))
+	}))
+	mux.Handle("GET /v1/runs/{run}/explore/search", s.view(func(m *Model, r *http.Request) (any, error) {
+		q := r.URL.Query()
+		limit, err := ValidateSearch(q.Get("q"), q.Get("limit"))
+		if err != nil {
+			return nil, badValue(err.Error())
+		}
+		v, err := m.Search(q.Get("q"), q.Get("cursor"), limit)
+		if err != nil {
+			return nil, badValue(err.Error())
+		}
+		return v, nil
+	}))
 	mux.Handle("GET /v1/runs/{run}/explore/attempts", s.view(func(m *Model, _ *http.Request) (any, error) {
 		return map[string]any{"attempts": m.Attempts()}, nil
 	}))

@@ -1,0 +1,52 @@
+package explore
+
+import "github.com/rolloutledger/rolloutledger/events"
+
+// SideView is a group's attempts side by side: each attempt's turns with
+// their text and tool calls (no tokens), so the page can set them in
+// columns and diff them turn by turn.
+type SideView struct {
+	Group    string        `json:"group"`
+	Task     string        `json:"task"`
+	State    string        `json:"state"`
+	Attempts []SideAttempt `json:"attempts"`
+}
+
+// SideAttempt is one column of a [SideView].
+type SideAttempt struct {
+	AttemptRow
+	TurnList []SideTurn `json:"turn_list"`
+}
+
+// SideTurn is a turn as the side-by-side view compares it.
+type SideTurn struct {
+	Turn             int                 `json:"turn"`
+	Text             string              `json:"text"`
+	TextCut          int64               `json:"text_cut,omitempty"`
+	Finish           string              `json:"finish"`
+	CompletionTokens int64               `json:"completion_tokens"`
+	Tools            []events.ToolCalled `json:"tools"`
+}
+
+// SideView builds a group's side-by-side view; ok is false when the group
+// is unknown.
+func (m *Model) SideView(id string) (SideView, bool) {
+	g := m.groups[id]
+	if g == nil {
+		return SideView{}, false
+	}
+	v := SideView{Group: g.Group, Task: g.Task, State: m.groupState(g), Attempts: []SideAttempt{}}
+	for _, aid := range g.members {
+		a := m.attempts[aid]
+		sa := SideAttempt{AttemptRow: m.attemptRow(a), TurnList: []SideTurn{}}
+		for _, t := range a.generated() {
+			st := SideTurn{Turn: t.Turn, Text: t.Text, TextCut: t.TextCut, Finish: t.Finish, CompletionTokens: t.CompletionTokens, Tools: t.tools}
+			if st.Tools == nil {
+				st.Tools = []events.ToolCalled{}
+			}
+			sa.TurnList = append(sa.TurnList, st)
+		}
+		v.Attempts = append(v.Attempts, sa)
+	}
+	return v, true
+}
