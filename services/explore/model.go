@@ -54,6 +54,10 @@ type Model struct {
 	kindSeq   map[events.Type]uint64
 	admitted  int
 	rejected  int
+	// vocabs are the engines' vocabularies, by engine, in the order first
+	// registered.
+	vocabs     map[string]*vocabulary
+	vocabOrder []string
 
 	audit *projections.Audit
 }
@@ -105,6 +109,7 @@ type turn struct {
 type batch struct {
 	projections.Manifest
 	decision projections.FactPosition
+	trend    trend
 }
 
 type gradient struct {
@@ -128,7 +133,7 @@ type Finding struct {
 func NewModel(run string) *Model {
 	return &Model{run: run, versions: map[int]int{}, config: events.DefaultConfig(),
 		tasks: map[string]*task{}, groups: map[string]*group{}, attempts: map[string]*attempt{}, retries: map[string]*attempt{},
-		gradients: map[int64]gradient{}, decided: map[string]bool{}, kindSeq: map[events.Type]uint64{},
+		gradients: map[int64]gradient{}, decided: map[string]bool{}, kindSeq: map[events.Type]uint64{}, vocabs: map[string]*vocabulary{},
 		audit: projections.NewAudit(run)}
 }
 
@@ -230,6 +235,8 @@ func (m *Model) Fact(partition int32, offset int64, value []byte, ev events.Even
 		if _, ok := m.gradients[d.Batch]; !ok {
 			m.gradients[d.Batch] = gradient{*d, pos}
 		}
+	case *events.VocabularyRegistered:
+		m.vocabularyFact(d)
 	}
 }
 
@@ -307,6 +314,7 @@ func (m *Model) seal(b *batch) {
 		g := m.group(d.Group)
 		g.dropped, g.dropSeal = d.Reason, b.Seq
 	}
+	b.trend = m.trendOf(b)
 }
 
 func (m *Model) task(id string) *task {

@@ -62,6 +62,14 @@ type Funnel struct {
 type Step struct {
 	projections.StepAudit
 	Funnel Funnel `json:"funnel"`
+	// MeanReward and Reward are of the rewards of the batch's attempts
+	// (null without any); GradNorm is the trainer's, null before its
+	// gradient.applied; TrainedStaleness counts the tokens the batch
+	// trains by their staleness.
+	MeanReward       *float64            `json:"mean_reward"`
+	Reward           *Spread             `json:"reward_spread"`
+	GradNorm         *float64            `json:"grad_norm"`
+	TrainedStaleness []projections.Count `json:"trained_token_staleness"`
 }
 
 // Reference is the recipe's reference figures drawn on the charts.
@@ -100,7 +108,7 @@ func (m *Model) RunView(now time.Time) RunView {
 		Reference: Reference{projections.RefZeroSignalRate, projections.RefInfraLostRate, projections.RefTruncatedLow, projections.RefTruncatedHigh},
 		Findings:  append([]Finding{}, m.findings...), Drops: map[string]int{}, Policies: []PolicyVersion{}}
 	for _, st := range rep.Steps {
-		v.Steps = append(v.Steps, Step{StepAudit: st, Funnel: m.funnelAt(st.Fact)})
+		v.Steps = append(v.Steps, m.step(st))
 		for _, d := range st.Dropped {
 			v.Drops[d.Name] += d.N
 		}
@@ -283,7 +291,7 @@ func (m *Model) StepView(seq uint64) (StepView, bool) {
 	}
 	for _, st := range m.audit.Report().Steps {
 		if st.Step == seq {
-			s := Step{StepAudit: st, Funnel: m.funnelAt(st.Fact)}
+			s := m.step(st)
 			v.Metrics = &s
 		}
 	}
@@ -354,6 +362,13 @@ type AttemptView struct {
 	TaskPrompt    string     `json:"task_prompt,omitempty"`
 	TaskPromptCut int64      `json:"task_prompt_cut"`
 	TurnList      []TurnView `json:"turn_list"`
+	// PrevAttempt and NextAttempt are the attempts started just before and
+	// after it ("" at the ends), for stepping through a run.
+	PrevAttempt string `json:"prev_attempt"`
+	NextAttempt string `json:"next_attempt"`
+	// Vocabulary decodes the turns' token ids: the attempt's engine's
+	// vocabulary (or the run's only one), null when the run has none.
+	Vocabulary *Vocabulary `json:"vocabulary"`
 }
 
 // TurnView is one turn with its tokens, tools and lineage.
@@ -424,6 +439,17 @@ func (m *Model) AttemptView(id string) (AttemptView, bool) {
 		tv.Segments, tv.Lineage = m.lineage(a, g, t, v.TrainerVersion, grad)
 		tv.Judged = a.judgedTurn(t.Turn) != nil
 		v.TurnList = append(v.TurnList, tv)
+	}
+	if i := slices.Index(m.attList, id); i >= 0 {
+		if i > 0 {
+			v.PrevAttempt = m.attList[i-1]
+		}
+		if i+1 < len(m.attList) {
+			v.NextAttempt = m.attList[i+1]
+		}
+	}
+	if voc := m.vocabularyOf(a.Engine); voc != nil {
+		v.Vocabulary = voc.decode(v.TurnList)
 	}
 	return v, true
 }
