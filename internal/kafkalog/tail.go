@@ -1,6 +1,7 @@
 package kafkalog
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -105,7 +106,8 @@ func message(m kafka.Message) Message {
 // WindowOptions say how a [Tail] cuts the records it reads into windows.
 // A window is cut when it holds MaxRecords records or MaxBytes bytes of
 // values, when QuietGap passes without a new record, or when MaxAge has
-// passed since its first record, whichever comes first.
+// passed since its first record, whichever comes first — unless the
+// window is catching up (see CatchUp).
 type WindowOptions struct {
 	// MaxRecords bounds a window's records [1,000].
 	MaxRecords int
@@ -121,7 +123,21 @@ type WindowOptions struct {
 	// Idle, when positive, is how long [Tail.Window] waits for a first
 	// record before it returns an empty window; 0 waits for ever.
 	Idle time.Duration
+	// CatchUp bounds how long a window keeps growing, past QuietGap and
+	// MaxAge, while its last record says the log already holds more (the
+	// record's offset is below its partition's high watermark less one)
+	// [250 ms; negative: never]. Those records exist and are on their
+	// way, so a pause before them is the reader's, not the log's: on a
+	// loaded machine, cutting there folded a backlog in windows of one or
+	// two records, each paying a whole commit, and a consumer behind the
+	// log fell further behind the busier the machine was. Caught up, a
+	// window is cut as QuietGap and MaxAge say. A window never waits on
+	// more than half the prefetch bounds, which its own records hold.
+	CatchUp time.Duration
 }
+
+// defaultCatchUp is WindowOptions.CatchUp's default.
+const defaultCatchUp = 250 * time.Millisecond
 
 // TailOptions tune a [Tail]; the zero value is the documented defaults.
 type TailOptions struct {
@@ -242,14 +258,66 @@ func (t *Tail) Window(ctx context.Context) ([]Message, error) {
 	}
 	size := len(out[0].Value)
 	full := func() bool { return len(out) >= w.MaxRecords || (w.MaxBytes > 0 && size >= w.MaxBytes) }
-	if w.QuietGap <= 0 {
-		for !full() {
+	// catchingUp says whether to wait for records the log is known to hold
+	// (WindowOptions.CatchUp): the last record read is not its partition's
+	// last, the bound has not passed, and this window holds less than half
+	// of what may be read ahead, so the reader is not waiting on it.
+	var until time.Time
+	if w.CatchUp >= 0 {
+		until = time.Now().Add(cmp.Or(w.CatchUp, defaultCatchUp))
+	}
+	catchingUp := func() bool {
+		last := out[len(out)-1]
+		return !until.IsZero() && last.Offset+1 < last.HighWaterMark && time.Now().Before(until) &&
+			2*int64(size) < t.o.PrefetchBytes && 2*len(out) < t.o.PrefetchRecords
+	}
+	var catchUp <-chan time.Time // fires at until
+	if !until.IsZero() {
+		timer := time.NewTimer(time.Until(until))
+		defer timer.Stop()
+		catchUp = timer.C
+	}
+	// await takes the next record: one already read at once, else one that
+	// comes before gap fires or, while catching up, before the catch-up
+	// bound. It says whether one came.
+	await := func(gap <-chan time.Time) (bool, error) {
+		select {
+		case m := <-t.in:
+			out = append(out, m)
+			size += len(m.Value)
+			return true, nil
+		default:
+		}
+		wait, bound := gap, (<-chan time.Time)(nil)
+		for {
 			select {
 			case m := <-t.in:
 				out = append(out, m)
 				size += len(m.Value)
-			default:
-				return out, nil
+				return true, nil
+			case <-wait:
+				if !catchingUp() {
+					return false, nil
+				}
+				wait, bound = nil, catchUp
+			case <-bound:
+				return false, nil
+			case <-ctx.Done():
+				return false, ctx.Err()
+			}
+		}
+	}
+	if w.QuietGap <= 0 {
+		closed := make(chan time.Time)
+		close(closed)
+		for !full() {
+			ok, err := await(closed)
+			if err != nil {
+				t.Release(out)
+				return nil, err
+			}
+			if !ok {
+				break
 			}
 		}
 		return out, nil
@@ -260,17 +328,15 @@ func (t *Tail) Window(ctx context.Context) ([]Message, error) {
 	}
 	gap := time.NewTimer(w.QuietGap)
 	defer gap.Stop()
-	for !full() && (deadline.IsZero() || time.Now().Before(deadline)) {
+	for !full() && (deadline.IsZero() || time.Now().Before(deadline) || catchingUp()) {
 		gap.Reset(w.QuietGap)
-		select {
-		case m := <-t.in:
-			out = append(out, m)
-			size += len(m.Value)
-		case <-gap.C:
-			return out, nil
-		case <-ctx.Done():
+		ok, err := await(gap.C)
+		if err != nil {
 			t.Release(out)
-			return nil, ctx.Err()
+			return nil, err
+		}
+		if !ok {
+			break
 		}
 	}
 	return out, nil

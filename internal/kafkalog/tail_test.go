@@ -167,3 +167,68 @@ func TestAppendTooLarge(t *testing.T) {
 		})
 	}
 }
+
+// A Tail behind the log cuts its windows by the bounds, not by pauses in
+// its own reading: the records exist, so a window waits for them however
+// slowly the reader runs (records of 200 KB take several fetches, each a
+// pause far longer than the quiet gap). Caught up, a window is cut by the
+// quiet gap as before, without waiting for the catch-up bound.
+func TestTailCatchesUpInWholeWindows(t *testing.T) {
+	for _, b := range testenv.KafkaBackends() {
+		t.Run(b.Name, func(t *testing.T) {
+			kc := b.Kafka(t)
+			kc.Partitions = 1
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if _, err := kafkalog.EnsureTopics(ctx, kc); err != nil {
+				t.Fatal(err)
+			}
+			w := kafkalog.NewWriter(kc, kc.FactsTopic(), kafkalog.WriterOptions{})
+			defer w.Close()
+			const n, size = 30, 200 << 10
+			for i := range n {
+				v := make([]byte, size)
+				v[0] = byte(i)
+				if _, err := w.Append(ctx, []kafkalog.Record{{Key: []byte("run"), Value: v}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tp := kafkalog.TopicPartition{Topic: kc.FactsTopic(), Partition: 0}
+			tail, err := kafkalog.NewTail(ctx, kc, map[kafkalog.TopicPartition]int64{tp: 0}, kafkalog.TailOptions{Window: kafkalog.WindowOptions{
+				MaxRecords: 100, QuietGap: time.Nanosecond, MaxAge: time.Microsecond, CatchUp: time.Hour,
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tail.Close()
+			win, err := tail.Window(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(win) != n {
+				t.Fatalf("the first window behind a log of %d records holds %d; want all of them", n, len(win))
+			}
+			tail.Release(win)
+
+			if _, err := w.Append(ctx, []kafkalog.Record{{Key: []byte("run"), Value: []byte("last")}}); err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan int, 1)
+			go func() {
+				win, err := tail.Window(ctx)
+				if err != nil {
+					t.Error(err)
+				}
+				got <- len(win)
+			}()
+			select {
+			case k := <-got:
+				if k != 1 {
+					t.Fatalf("caught up, the window holds %d records, want 1", k)
+				}
+			case <-ctx.Done():
+				t.Fatal("caught up, the window waited for records the log does not hold")
+			}
+		})
+	}
+}
