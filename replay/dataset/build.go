@@ -43,8 +43,11 @@ type Run struct {
 	Turns     []*Turn
 	ToolCalls []*ToolCall
 	Batches   []*Batch
+	// Tasks are the tasks registered, in the order of their first
+	// task.registered, with the admission the fold decided for each.
+	Tasks []*Task
 
-	tasks map[string]*task
+	tasks map[string]*Task
 	// spill holds, one after another, the turns' and tool calls' text, the
 	// batches' canonical samples when Options.Samples keeps them and the
 	// turns' token arrays when Options.Tokens does: on disk, so that a
@@ -287,18 +290,32 @@ type Batch struct {
 	samplesLen int
 }
 
-type task struct {
-	prompt    string
-	promptCut int64
-	kind      string
-	source    string
+// Task is one task.registered (the first of its id) and the admission
+// decision the fold made for it (docs/design.md §6.6).
+type Task struct {
+	Seq                uint64 // of its task.registered
+	Task, Source, Kind string
+	Tier               int
+	Prompt             string
+	PromptCut          int64
+	// Admission is "admitted" or "rejected" once decided, else ""; then
+	// Probes, Passes and PassRate are the decision's tally.
+	Admission      string
+	Probes, Passes int64
+	PassRate       float64
 }
+
+// Admission values.
+const (
+	Admitted = "admitted"
+	Rejected = "rejected"
+)
 
 // Prompt is the prompt of a task as registered ("" when not given) and the
 // bytes of it left out.
 func (r *Run) Prompt(taskID string) (string, int64) {
 	if t := r.tasks[taskID]; t != nil {
-		return t.prompt, t.promptCut
+		return t.Prompt, t.PromptCut
 	}
 	return "", 0
 }
@@ -328,7 +345,7 @@ type Options struct {
 // collects its tables. Facts that do not decode, and facts whose id was
 // seen before (duplicates the fold ignores as well), give no row.
 func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
-	r := &Run{Run: src.Run(), Source: src.Describe(), RuleVersion: projections.RuleVersion, tasks: map[string]*task{}}
+	r := &Run{Run: src.Run(), Source: src.Describe(), RuleVersion: projections.RuleVersion, tasks: map[string]*Task{}}
 	f, err := os.CreateTemp(o.ScratchDir, "rolloutledger-export-")
 	if err != nil {
 		return nil, fmt.Errorf("dataset: spill of run %s: %w", r.Run, err)
@@ -383,8 +400,13 @@ func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 				r.Model, r.Harness, r.Notes, r.Declared = d.Model, d.Harness, d.Notes, d.Config
 			}
 		case *events.TaskRegistered:
-			if r.tasks[d.Task] == nil {
-				r.tasks[d.Task] = &task{prompt: d.Prompt, promptCut: d.PromptCut, kind: d.Kind, source: d.Source}
+			if t := r.tasks[d.Task]; t == nil || t.Seq == 0 {
+				if t == nil {
+					t = &Task{Task: d.Task}
+					r.tasks[d.Task] = t
+				}
+				t.Seq, t.Source, t.Kind, t.Tier, t.Prompt, t.PromptCut = f.Seq, d.Source, d.Kind, d.Tier, d.Prompt, d.PromptCut
+				r.Tasks = append(r.Tasks, t)
 			}
 		case *events.GroupStarted:
 			if _, ok := purposes[d.Group]; !ok {
@@ -533,6 +555,12 @@ func foldInto(ctx context.Context, src replay.Source, o Options, collect func(re
 // decisions keeps the batches the fold sealed at f.
 func (r *Run) decisions(f replay.Fact, ds []projections.Decision, batchOf map[int64]*Batch, keepSamples bool) error {
 	for _, d := range ds {
+		if d.Kind == projections.KindTaskAdmitted || d.Kind == projections.KindTaskRejected {
+			if err := r.admission(d); err != nil {
+				return err
+			}
+			continue
+		}
 		if d.Kind != projections.KindBatchSealed {
 			continue
 		}
@@ -553,6 +581,30 @@ func (r *Run) decisions(f replay.Fact, ds []projections.Decision, batchOf map[in
 		}
 		r.Batches = append(r.Batches, b)
 		batchOf[int64(b.Manifest.Seq)] = b
+	}
+	return nil
+}
+
+// admission keeps a task's admission decision. A task decided before (or
+// without) its task.registered gets its row when, and only if, that comes.
+func (r *Run) admission(d projections.Decision) error {
+	var env projections.Envelope
+	var a projections.Admission
+	err := json.Unmarshal(d.Value, &env)
+	if err == nil {
+		err = json.Unmarshal(env.Data, &a)
+	}
+	if err != nil {
+		return fmt.Errorf("dataset: admission of run %s: %w", r.Run, err)
+	}
+	t := r.tasks[a.Task]
+	if t == nil {
+		t = &Task{Task: a.Task}
+		r.tasks[a.Task] = t
+	}
+	t.Admission, t.Probes, t.Passes, t.PassRate = Rejected, a.Probes, a.Passes, a.PassRate
+	if d.Kind == projections.KindTaskAdmitted {
+		t.Admission = Admitted
 	}
 	return nil
 }

@@ -30,6 +30,7 @@ func withCuts(ev *events.Event) {
 	case *events.ToolCalled:
 		if d.Turn == 0 && d.Call == 0 {
 			d.InputCut, d.OutputCut = inputCut, outputCut
+			d.OutputBytes = max(d.OutputBytes, int64(len(d.Output))+outputCut)
 		}
 	case *events.TaskRegistered:
 		d.PromptCut = promptCut
@@ -170,4 +171,3 @@ func TestATIFMarksCuts(t *testing.T) {
 		t.Fatal("no first turn with a tool call: nothing tested")
 	}
 }
-

@@ -227,6 +227,8 @@ func TestParquetRows(t *testing.T) {
 			want["turns"]++
 		case events.TypeToolCalled:
 			want["tool_calls"]++
+		case events.TypeTaskRegistered:
+			want["tasks"]++
 		}
 	}
 	fold, store := projections.NewFold(src.run), projections.NewMemStore()

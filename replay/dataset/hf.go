@@ -113,6 +113,10 @@ func fieldsOf(table string) []arrow.Field {
 		for _, c := range sampleColumns {
 			add(c.field)
 		}
+	case "tasks":
+		for _, c := range taskColumns {
+			add(c.field)
+		}
 	}
 	return fs
 }

@@ -64,7 +64,7 @@ const (
 const CreatedBy = "rolloutledger"
 
 // Tables are the tables every export writes, in order.
-var Tables = []string{"attempts", "turns", "tool_calls", "batches", "samples"}
+var Tables = []string{"attempts", "turns", "tool_calls", "batches", "samples", "tasks"}
 
 // File is one file an export wrote.
 type File struct {
@@ -168,6 +168,8 @@ func writeTable(w io.Writer, table string, runs []*Run) (int64, error) {
 		return writeRows(w, toolCallColumns, rowsOf(runs, func(r *Run) []*ToolCall { return r.ToolCalls }), groupLimit[*ToolCall]{rows: RowGroupRows}, runs)
 	case "batches":
 		return writeRows(w, batchColumns, rowsOf(runs, func(r *Run) []*Batch { return r.Batches }), groupLimit[*Batch]{rows: RowGroupRows}, runs)
+	case "tasks":
+		return writeRows(w, taskColumns, rowsOf(runs, func(r *Run) []*Task { return r.Tasks }), groupLimit[*Task]{rows: RowGroupRows}, runs)
 	case "samples":
 		return writeRows(w, sampleColumns, samplesOf(runs), groupLimit[*sampleRow]{rows: SampleRowGroupRows,
 			weight: func(r *row[*sampleRow]) int { return r.r.v.Len }, max: SampleRowGroupTokens}, runs)

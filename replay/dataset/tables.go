@@ -17,6 +17,21 @@ import (
 // A value the history does not give — the score of an attempt no batch
 // used, the staleness of a turn no batch judged — is null, never 0.
 
+var taskColumns = []column[*Task]{
+	dictionary(strCol("run", func(r *row[*Task]) string { return r.run.Run })),
+	u64Col("fact_seq", func(r *row[*Task]) uint64 { return r.r.Seq }),
+	strCol("task", func(r *row[*Task]) string { return r.r.Task }),
+	dictionary(strCol("source", func(r *row[*Task]) string { return r.r.Source })),
+	dictionary(strCol("kind", func(r *row[*Task]) string { return r.r.Kind })),
+	dictionary(i64Col("tier", func(r *row[*Task]) int64 { return int64(r.r.Tier) })),
+	optStrCol("prompt", func(r *row[*Task]) string { return r.r.Prompt }),
+	i64Col("prompt_cut", func(r *row[*Task]) int64 { return r.r.PromptCut }),
+	dictionary(optStrCol("admission", func(r *row[*Task]) string { return r.r.Admission })),
+	optI64Col("probes", func(r *row[*Task]) (int64, bool) { return r.r.Probes, r.r.Admission != "" }),
+	optI64Col("probe_passes", func(r *row[*Task]) (int64, bool) { return r.r.Passes, r.r.Admission != "" }),
+	optF64Col("probe_pass_rate", func(r *row[*Task]) (float64, bool) { return r.r.PassRate, r.r.Admission != "" }),
+}
+
 var attemptColumns = []column[*Attempt]{
 	dictionary(strCol("run", func(r *row[*Attempt]) string { return r.run.Run })),
 	u64Col("fact_seq", func(r *row[*Attempt]) uint64 { return r.r.Seq }),

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 HERE = Path(__file__).resolve().parent
-TABLES = ["attempts", "turns", "tool_calls", "batches", "samples"]
+TABLES = ["attempts", "turns", "tool_calls", "batches", "samples", "tasks"]
 
 
 def pg(ex, sql, *args):
@@ -37,6 +37,13 @@ def test_parquet_tables_count_the_facts_and_decisions(exported):
     assert t["turns"].num_rows == count("turns") > 0
     assert t["tool_calls"].num_rows == count("tool_calls") > 0
     assert t["batches"].num_rows == count("batches") >= 3
+    assert t["tasks"].num_rows == count("tasks") > 0
+    # A task's admission is the fold's decision, as Postgres stored it.
+    decided = {r[0]: tuple(r[1:]) for r in pg(ex, "SELECT task, decision, probes, passes, pass_rate FROM admissions WHERE run = %s", ex.run)}
+    tasks = t["tasks"].to_pylist()
+    assert {r["task"] for r in tasks} == {r[0] for r in pg(ex, "SELECT task FROM tasks WHERE run = %s", ex.run)}
+    assert decided
+    assert {r["task"]: (r["admission"], r["probes"], r["probe_passes"], r["probe_pass_rate"]) for r in tasks if r["admission"]} == decided
     # Attempts a batch trained on, and the turns it judged.
     att = t["attempts"].to_pandas()
     assert att["batch_seq"].notna().sum() == count("batch_attempts")

@@ -36,7 +36,7 @@ does, and write what the fold concludes, from Kafka or from an archive
 (--archive F), for one run (--run) or several (--runs A,B, from Kafka):
 
   parquet   a directory of one Parquet file per table: attempts, turns,
-            tool_calls, batches, samples (zstd; docs/analysts.md)
+            tool_calls, batches, samples, tasks (zstd; docs/analysts.md)
   hf        a Hugging Face datasets layout: data/<table>/*.parquet and a
             README.md dataset card (schema, run config, ledger head)
   atif      a JSONL file, one ATIF-v1.4 trajectory per attempt
