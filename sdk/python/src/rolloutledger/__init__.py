@@ -50,6 +50,7 @@ from .samples import Batch, Sample, SampleBatch
 from .trainer import TrainerState
 from .validation import validate_body
 from .worker import Attempt
+from . import vocabulary  # noqa: F401  (rolloutledger.vocabulary: register an engine's vocabulary)
 
 __version__ = "0.1.0"
 
