@@ -35,6 +35,7 @@ type testLedger struct {
 	svc   *Service
 	run   string
 	p     *projector.Projector
+	dir   string // the projector's state directory
 	authn *auth.Authenticator
 }
 
@@ -59,7 +60,8 @@ func startLedger(tb testing.TB, so httpx.ServerOptions, steps int) *testLedger {
 	}
 	w := kafkalog.NewWriter(kc, kc.FactsTopic(), kafkalog.WriterOptions{})
 	tb.Cleanup(func() { _ = w.Close() })
-	p, err := projector.Open(projector.Options{Kafka: kc, Dir: tb.TempDir()})
+	dir := tb.TempDir()
+	p, err := projector.Open(projector.Options{Kafka: kc, Dir: dir})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -74,7 +76,7 @@ func startLedger(tb testing.TB, so httpx.ServerOptions, steps int) *testLedger {
 		<-projDone
 		p.Close()
 	})
-	l := &testLedger{run: "stalled-run", p: p, authn: authn}
+	l := &testLedger{run: "stalled-run", p: p, dir: dir, authn: authn}
 	s := l.serve(tb, so, func(mux *auth.Router) { (&ingest.Service{Appender: w}).Register(mux) })
 	l.url, l.svc = s.url, s.svc
 	opts := simulate.Options{URL: l.url, Run: l.run, Seed: 5, Tasks: 24, Steps: steps, BatchGroups: 4, MaxTurns: 60,

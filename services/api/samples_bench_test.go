@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"testing"
@@ -8,11 +9,13 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/rolloutledger/rolloutledger/projections"
+	"github.com/rolloutledger/rolloutledger/services/projector"
 )
 
 // BenchmarkArrowSamples measures the server's side of a trainer's fetch
-// without the store: canonical chunks of about 1 MiB (as the projector
-// stores them) turned into the streamed Arrow IPC body, to io.Discard.
+// of a batch without a stored body, without the store: canonical chunks of
+// about 1 MiB (as the projector stores them) planned and rendered column
+// after column into the Arrow IPC body, to io.Discard.
 func BenchmarkArrowSamples(b *testing.B) {
 	const samples, tokens = 128, 50_000 // one attempt per sample: 6.4 M tokens
 	var chunks [][]byte
@@ -31,17 +34,23 @@ func BenchmarkArrowSamples(b *testing.B) {
 	if len(chunk) > 0 {
 		chunks = append(chunks, chunk)
 	}
+	src := func(fn func([]byte) error) error {
+		for _, c := range chunks {
+			if err := fn(c); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	meta := arrow.NewMetadata([]string{"run"}, []string{"bench"})
 	b.SetBytes(samples * tokens * 17)
 	for b.Loop() {
-		a := newArrowSamples(io.Discard, meta, MaxArrowBatchTokens)
-		a.flushTokens = ArrowFlushTokens
-		for _, c := range chunks {
-			if err := a.write(c); err != nil {
-				b.Fatal(err)
-			}
+		body, err := projector.PlanArrowBody(meta, src)
+		if err != nil {
+			b.Fatal(err)
 		}
-		if err := a.close(); err != nil {
+		bw := bufio.NewWriterSize(io.Discard, samplesWriteBuffer)
+		if err := body.Render(bw, src); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
 	"testing"
 
@@ -79,67 +78,25 @@ func readArrow(t *testing.T, body []byte) (*arrow.Schema, []projections.Sample, 
 func TestWriteArrowSamples(t *testing.T) {
 	want, canonical := testSamples(t)
 	meta := arrow.NewMetadata([]string{"run", "seq", "digest", "rule_version"}, []string{"r-1", "3", "sha256:ab", "2"})
-	for _, tc := range []struct {
-		name      string
-		maxTokens int
-		rows      []int64
-	}{
-		{"one record batch", MaxArrowBatchTokens, []int64{3}},
-		// Split between samples, never inside one; an empty sample joins
-		// the batch before it.
-		{"split", 4, []int64{2, 1}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var body bytes.Buffer
-			if err := writeArrowSamples(&body, canonical, meta, tc.maxTokens); err != nil {
-				t.Fatal(err)
-			}
-			schema, got, rows := readArrow(t, body.Bytes())
-			if !schema.Equal(SamplesSchema(meta)) || !schema.Metadata().Equal(meta) {
-				t.Errorf("schema %s, want %s", schema, SamplesSchema(meta))
-			}
-			if !equalInts(rows, tc.rows) {
-				t.Errorf("record batches of %v rows, want %v", rows, tc.rows)
-			}
-			gotJSON, _ := json.Marshal(got)
-			wantJSON, _ := json.Marshal(want)
-			if !bytes.Equal(gotJSON, wantJSON) {
-				t.Errorf("read back\n%s\nwant\n%s", gotJSON, wantJSON)
-			}
-		})
+	var body bytes.Buffer
+	if err := WriteArrowSamples(&body, canonical, meta); err != nil {
+		t.Fatal(err)
 	}
-	if err := writeArrowSamples(&bytes.Buffer{}, canonical, meta, 2); err == nil || !strings.Contains(err.Error(), "has 3 tokens, more than one Arrow record batch holds (2)") {
-		t.Errorf("a sample over the bound: %v", err)
+	schema, got, rows := readArrow(t, body.Bytes())
+	if !schema.Equal(SamplesSchema(meta)) || !schema.Metadata().Equal(meta) {
+		t.Errorf("schema %s, want %s", schema, SamplesSchema(meta))
+	}
+	// One record batch, whose columns are each one buffer.
+	if !equalInts(rows, []int64{3}) {
+		t.Errorf("record batches of %v rows, want [3]", rows)
+	}
+	gotJSON, _ := json.Marshal(got)
+	wantJSON, _ := json.Marshal(want)
+	if !bytes.Equal(gotJSON, wantJSON) {
+		t.Errorf("read back\n%s\nwant\n%s", gotJSON, wantJSON)
 	}
 	if err := WriteArrowSamples(&bytes.Buffer{}, canonical[:len(canonical)-1], meta); err == nil {
 		t.Error("malformed samples were written")
-	}
-}
-
-// Served samples go out a record batch per stored chunk once the gathered
-// tokens reach ArrowFlushTokens, so the first bytes leave before the last
-// chunk is read; the record batches reuse the columns' memory.
-func TestArrowSamplesFlushPerChunk(t *testing.T) {
-	want, canonical := testSamples(t)
-	meta := arrow.NewMetadata([]string{"run"}, []string{"r-1"})
-	var body bytes.Buffer
-	a := newArrowSamples(&body, meta, MaxArrowBatchTokens)
-	a.flushTokens = 1
-	for range 3 {
-		if err := a.write(canonical); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := a.close(); err != nil {
-		t.Fatal(err)
-	}
-	_, got, rows := readArrow(t, body.Bytes())
-	if !equalInts(rows, []int64{3, 3, 3}) {
-		t.Errorf("record batches of %v rows, want [3 3 3]", rows)
-	}
-	wantJSON, _ := json.Marshal(slices.Concat(want, want, want))
-	if gotJSON, _ := json.Marshal(got); !bytes.Equal(gotJSON, wantJSON) {
-		t.Errorf("read back\n%s\nwant\n%s", gotJSON, wantJSON)
 	}
 }
 

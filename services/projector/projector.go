@@ -89,6 +89,7 @@ type Projector struct {
 		sync.Mutex
 		err error
 	}
+	bodies arrowBodies // sealed batches' Arrow bodies (bodyfile.go)
 }
 
 // Open opens (or creates) the projector's state.
@@ -136,6 +137,7 @@ func pebbleOptions(log *slog.Logger, dir string) *pebble.Options {
 
 // Close releases the state and the decisions writer.
 func (p *Projector) Close() error {
+	p.closeArrowBodies()
 	return errors.Join(p.out.Close(), p.db.Close())
 }
 
@@ -522,6 +524,7 @@ func (p *Projector) foldPrepared(b *pebble.Batch, folds map[string]*projections.
 				if err := b.Set(manifestKey(d.Run, d.Seq), m, nil); err != nil {
 					return nil, nil, err
 				}
+				p.writeArrowBody(d.Run, d.Seq, m, d.Samples)
 			}
 			causes = append(causes, i)
 		}

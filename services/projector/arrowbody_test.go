@@ -1,0 +1,229 @@
+package projector
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
+	"github.com/rolloutledger/rolloutledger/projections"
+)
+
+func bodySamples(temps bool) []projections.Sample {
+	s := []projections.Sample{
+		{Group: "g-1", Attempt: "g-1/a", Segment: 0, Advantage: 0.25, TokenIDs: []int32{1, 2, 101}, LossMask: []uint8{0, 0, 1},
+			RolloutLogprobs: []float32{0, 0, -0.5}, PolicyVersions: []int64{3, 3, 4}},
+		{Group: "g-1", Attempt: "g-1/a", Segment: 1, Advantage: 0.25, TokenIDs: []int32{}, LossMask: []uint8{},
+			RolloutLogprobs: []float32{}, PolicyVersions: []int64{}},
+		{Group: "g-2", Attempt: "g-2/bé", Segment: -7, Advantage: -1.5, TokenIDs: []int32{7, 8, 9, 10, 11}, LossMask: []uint8{1, 1, 0, 0, 1},
+			RolloutLogprobs: []float32{-1, -2, -3, -4, -5}, PolicyVersions: []int64{1 << 40, 1 << 40, 5, 5, 6}},
+	}
+	if temps {
+		for i := range s {
+			s[i].Temperatures = make([]float32, len(s[i].TokenIDs))
+			for j := range s[i].Temperatures {
+				s[i].Temperatures[j] = 0.5 + float32(j)
+			}
+		}
+	}
+	return s
+}
+
+func canonicalOf(t *testing.T, samples []projections.Sample) (all []byte, chunks [][]byte) {
+	t.Helper()
+	for i := range samples {
+		one, err := projections.AppendSample(nil, &samples[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		all, chunks = append(all, one...), append(chunks, one)
+	}
+	return all, chunks
+}
+
+// arrowGoStream is the reference: the samples as arrow-go's builders and
+// IPC writer make them, a record batch per group of samples.
+func arrowGoStream(t *testing.T, meta arrow.Metadata, batches [][]projections.Sample) []byte {
+	t.Helper()
+	schema := ArrowSchema(meta)
+	var out bytes.Buffer
+	w := ipc.NewWriter(&out, ipc.WithSchema(schema))
+	for _, samples := range batches {
+		b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+		for _, s := range samples {
+			b.Field(0).(*array.StringBuilder).Append(s.Group)
+			b.Field(1).(*array.StringBuilder).Append(s.Attempt)
+			b.Field(2).(*array.Int32Builder).Append(int32(s.Segment))
+			b.Field(3).(*array.Float64Builder).Append(s.Advantage)
+			list := func(i int) array.Builder {
+				lb := b.Field(i).(*array.ListBuilder)
+				lb.Append(true)
+				return lb.ValueBuilder()
+			}
+			list(4).(*array.Int32Builder).AppendValues(s.TokenIDs, nil)
+			list(5).(*array.Uint8Builder).AppendValues(s.LossMask, nil)
+			list(6).(*array.Float32Builder).AppendValues(s.RolloutLogprobs, nil)
+			list(7).(*array.Int64Builder).AppendValues(s.PolicyVersions, nil)
+			if len(schema.Fields()) > 8 {
+				temps := s.Temperatures
+				if temps == nil {
+					temps = make([]float32, len(s.TokenIDs))
+					for i := range temps {
+						temps[i] = 1
+					}
+				}
+				list(8).(*array.Float32Builder).AppendValues(temps, nil)
+			}
+		}
+		rec := b.NewRecordBatch()
+		if err := w.Write(rec); err != nil {
+			t.Fatal(err)
+		}
+		rec.Release()
+		b.Release()
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return out.Bytes()
+}
+
+// The body written column after column is byte for byte what arrow-go's
+// IPC writer writes for the same record batches, whatever the chunks the
+// samples come in; its planned size is its length.
+func TestArrowBodyMatchesArrowGo(t *testing.T) {
+	meta := func(rules string) arrow.Metadata {
+		return arrow.NewMetadata([]string{"run", "seq", "digest", "rule_version"}, []string{"r-1", "3", "sha256:ab", rules})
+	}
+	plain, temps := bodySamples(false), bodySamples(true)
+	for _, tc := range []struct {
+		name      string
+		meta      arrow.Metadata
+		samples   []projections.Sample
+		maxTokens int
+		batches   [][]projections.Sample
+	}{
+		{"one record batch", meta("3"), plain, MaxArrowBatchTokens, [][]projections.Sample{plain}},
+		{"temperatures", meta("4"), temps, MaxArrowBatchTokens, [][]projections.Sample{temps}},
+		// A rule version 4 schema over samples without temperatures
+		// (none in the form) gives them 1.
+		{"temperatures default", meta("4"), plain, MaxArrowBatchTokens, [][]projections.Sample{plain}},
+		// Split between samples, never inside one; an empty sample joins
+		// the batch before it.
+		{"split", meta("3"), plain, 5, [][]projections.Sample{plain[:2], plain[2:]}},
+		{"no samples", meta("3"), nil, MaxArrowBatchTokens, [][]projections.Sample{nil}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			all, chunks := canonicalOf(t, tc.samples)
+			want := arrowGoStream(t, tc.meta, tc.batches)
+			for _, src := range []struct {
+				name string
+				src  SampleSource
+			}{
+				{"one chunk", func(fn func([]byte) error) error { return fn(all) }},
+				{"a chunk a sample", func(fn func([]byte) error) error {
+					for _, c := range chunks {
+						if err := fn(c); err != nil {
+							return err
+						}
+					}
+					return nil
+				}},
+			} {
+				body, err := planArrowBody(tc.meta, src.src, tc.maxTokens)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got bytes.Buffer
+				if err := body.Render(&got, src.src); err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(got.Bytes(), want) {
+					t.Errorf("%s: %d bytes\n%x\nwant arrow-go's %d\n%x", src.name, got.Len(), got.Bytes(), len(want), want)
+				}
+				if body.Size() != int64(got.Len()) {
+					t.Errorf("%s: planned %d bytes, wrote %d", src.name, body.Size(), got.Len())
+				}
+				if body.Samples() != len(tc.samples) {
+					t.Errorf("%s: %d samples, want %d", src.name, body.Samples(), len(tc.samples))
+				}
+			}
+		})
+	}
+}
+
+func TestArrowBodyRefuses(t *testing.T) {
+	all, _ := canonicalOf(t, bodySamples(false))
+	src := func(b []byte) SampleSource { return func(fn func([]byte) error) error { return fn(b) } }
+	if _, err := planArrowBody(arrow.Metadata{}, src(all), 4); err == nil || !strings.Contains(err.Error(), "has 5 tokens, more than one Arrow record batch holds (4)") {
+		t.Errorf("a sample over the bound: %v", err)
+	}
+	if _, err := PlanArrowBody(arrow.Metadata{}, src(all[:len(all)-1])); err == nil {
+		t.Error("malformed samples were planned")
+	}
+	// Samples that change between the plan and the render are an error,
+	// not a body of another length than announced.
+	body, err := PlanArrowBody(arrow.Metadata{}, src(all))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _ := canonicalOf(t, bodySamples(false)[:1])
+	if err := body.Render(&bytes.Buffer{}, src(first)); err == nil || !strings.Contains(err.Error(), "changed between passes") {
+		t.Errorf("rendered from other samples: %v", err)
+	}
+}
+
+// A sealed batch's body is written to the file its run, sequence and
+// digest name, once, with the bytes the API would render; another digest
+// finds no file.
+func TestStoredArrowBody(t *testing.T) {
+	dir := t.TempDir()
+	p, err := Open(Options{Kafka: kafkalog.Config{Brokers: []string{"127.0.0.1:1"}}, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, _ := canonicalOf(t, bodySamples(true))
+	digest := "sha256:" + strings.Repeat("0123456789abcdef", 4)
+	manifest := []byte(`{"run":"r-1","seq":7,"rule_version":4,"digest":"` + digest + `"}`)
+	p.writeArrowBody("r-1", 7, manifest, all)
+	p.writeArrowBody("r-1", 7, manifest, all) // a window folded again
+	if err := p.Close(); err != nil {         // waits for the bodies
+		t.Fatal(err)
+	}
+	p, err = Open(Options{Kafka: kafkalog.Config{Brokers: []string{"127.0.0.1:1"}}, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	f, found, err := p.ArrowBody("r-1", 7, digest)
+	if err != nil || !found {
+		t.Fatalf("stored body: found %v, %v", found, err)
+	}
+	got, err := os.ReadFile(f.Name())
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta, _, err := ArrowMetadata("r-1", 7, manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := arrowGoStream(t, meta, [][]projections.Sample{bodySamples(true)}); !bytes.Equal(got, want) {
+		t.Errorf("stored body of %d bytes differs from the %d rendered", len(got), len(want))
+	}
+	if files, _ := filepath.Glob(filepath.Join(dir, "arrow", "r-1", "*")); len(files) != 1 {
+		t.Errorf("files beside the state: %v, want the one body", files)
+	}
+	for _, d := range []string{"sha256:" + strings.Repeat("f", 64), "sha256:../x", "md5:00"} {
+		if _, found, err := p.ArrowBody("r-1", 7, d); found || err != nil {
+			t.Errorf("digest %q: found %v, %v; want no body", d, found, err)
+		}
+	}
+}
