@@ -1,10 +1,12 @@
 package dataset
 
 import (
+	"cmp"
 	"encoding/binary"
-	"encoding/json"
 	"iter"
 	"math"
+	"slices"
+	"strconv"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -122,9 +124,9 @@ var batchColumns = []column[*Batch]{
 	i64Col("trained_turns", func(r *row[*Batch]) int64 { return int64(r.r.Manifest.Stats.TrainedTurns) }),
 	i64Col("trained_tokens", func(r *row[*Batch]) int64 { return r.r.Manifest.Stats.TrainedTokens }),
 	i64Col("masked_tokens", func(r *row[*Batch]) int64 { return r.r.Manifest.Stats.MaskedTokens }),
-	strCol("staleness_histogram", func(r *row[*Batch]) string { return jsonOf(r.r.Manifest.Stats.StalenessHistogram) }),
-	strCol("in_flight", func(r *row[*Batch]) string { return jsonOf(r.r.Manifest.Stats.InFlight) }),
-	strCol("in_queue", func(r *row[*Batch]) string { return jsonOf(r.r.Manifest.Stats.InQueue) }),
+	histogramCol("segment_staleness_histogram", func(r *row[*Batch]) map[string]int { return r.r.Manifest.Stats.StalenessHistogram }),
+	histogramCol("in_flight", func(r *row[*Batch]) map[string]int { return r.r.Manifest.Stats.InFlight }),
+	histogramCol("in_queue", func(r *row[*Batch]) map[string]int { return r.r.Manifest.Stats.InQueue }),
 	optI64Col("gradient_step", func(r *row[*Batch]) (int64, bool) {
 		return stepOf(r.r, func(s *events.GradientApplied) int64 { return s.Step })
 	}),
@@ -189,10 +191,12 @@ var sampleColumns = []column[*sampleRow]{
 	i64Col("sample", func(r *row[*sampleRow]) int64 { return r.r.index }),
 	dictionary(strCol("group", func(r *row[*sampleRow]) string { return string(r.r.v.Group) })),
 	dictionary(strCol("attempt", func(r *row[*sampleRow]) string { return string(r.r.v.Attempt) })),
-	i64Col("segment", func(r *row[*sampleRow]) int64 { return r.r.v.Segment }),
+	{field: arrow.Field{Name: "segment", Type: arrow.PrimitiveTypes.Int32}, add: func(b array.Builder, r *row[*sampleRow]) {
+		b.(*array.Int32Builder).Append(int32(r.r.v.Segment))
+	}},
 	f64Col("advantage", func(r *row[*sampleRow]) float64 { return r.r.v.Advantage }),
 	i64Col("tokens", func(r *row[*sampleRow]) int64 { return int64(r.r.v.Len) }),
-	{field: arrow.Field{Name: "token_ids", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32)}, add: func(b array.Builder, r *row[*sampleRow]) {
+	{field: arrow.Field{Name: "token_ids", Type: arrow.ListOfNonNullable(arrow.PrimitiveTypes.Int32)}, add: func(b array.Builder, r *row[*sampleRow]) {
 		lb := b.(*array.ListBuilder)
 		lb.Append(true)
 		vb := lb.ValueBuilder().(*array.Int32Builder)
@@ -202,12 +206,12 @@ var sampleColumns = []column[*sampleRow]{
 			vb.UnsafeAppend(int32(binary.LittleEndian.Uint32(ids[i:])))
 		}
 	}},
-	{field: arrow.Field{Name: "loss_mask", Type: arrow.ListOf(arrow.PrimitiveTypes.Uint8)}, add: func(b array.Builder, r *row[*sampleRow]) {
+	{field: arrow.Field{Name: "loss_mask", Type: arrow.ListOfNonNullable(arrow.PrimitiveTypes.Uint8)}, add: func(b array.Builder, r *row[*sampleRow]) {
 		lb := b.(*array.ListBuilder)
 		lb.Append(true)
 		lb.ValueBuilder().(*array.Uint8Builder).AppendValues(r.r.v.LossMask, nil)
 	}},
-	{field: arrow.Field{Name: "rollout_logprobs", Type: arrow.ListOf(arrow.PrimitiveTypes.Float32)}, add: func(b array.Builder, r *row[*sampleRow]) {
+	{field: arrow.Field{Name: "rollout_logprobs", Type: arrow.ListOfNonNullable(arrow.PrimitiveTypes.Float32)}, add: func(b array.Builder, r *row[*sampleRow]) {
 		lb := b.(*array.ListBuilder)
 		lb.Append(true)
 		vb := lb.ValueBuilder().(*array.Float32Builder)
@@ -217,7 +221,7 @@ var sampleColumns = []column[*sampleRow]{
 			vb.UnsafeAppend(math.Float32frombits(binary.LittleEndian.Uint32(lps[i:])))
 		}
 	}},
-	{field: arrow.Field{Name: "policy_versions", Type: arrow.ListOf(arrow.PrimitiveTypes.Int64)}, add: func(b array.Builder, r *row[*sampleRow]) {
+	{field: arrow.Field{Name: "policy_versions", Type: arrow.ListOfNonNullable(arrow.PrimitiveTypes.Int64)}, add: func(b array.Builder, r *row[*sampleRow]) {
 		lb := b.(*array.ListBuilder)
 		lb.Append(true)
 		vb := lb.ValueBuilder().(*array.Int64Builder)
@@ -225,6 +229,15 @@ var sampleColumns = []column[*sampleRow]{
 		vb.Reserve(r.r.v.Len)
 		for i := 0; i < len(vs); i += 8 {
 			vb.UnsafeAppend(int64(binary.LittleEndian.Uint64(vs[i:])))
+		}
+	}},
+	{field: arrow.Field{Name: "temperatures", Type: arrow.ListOfNonNullable(arrow.PrimitiveTypes.Float32)}, add: func(b array.Builder, r *row[*sampleRow]) {
+		lb := b.(*array.ListBuilder)
+		lb.Append(true)
+		vb := lb.ValueBuilder().(*array.Float32Builder)
+		vb.Reserve(r.r.v.Len)
+		for i := range r.r.v.Len {
+			vb.UnsafeAppend(r.r.v.Temperature(i))
 		}
 	}},
 }
@@ -246,13 +259,38 @@ func first(v []int64) int64 {
 	return v[0]
 }
 
-// jsonOf is a histogram as a JSON object, keys in sorted order.
-func jsonOf(m map[string]int) string {
-	if m == nil {
-		return "{}"
-	}
-	b, _ := json.Marshal(m)
-	return string(b)
+// histogramType is a histogram's Arrow type: a list of {value, count}
+// by ascending value. Hugging Face datasets has no map type; a list of
+// structs loads as itself everywhere.
+var histogramType = arrow.ListOfNonNullable(arrow.StructOf(
+	arrow.Field{Name: "value", Type: arrow.PrimitiveTypes.Int64},
+	arrow.Field{Name: "count", Type: arrow.PrimitiveTypes.Int64},
+))
+
+// histogramCol is a column of a manifest's histogram, whose keys are
+// integers written in decimal (projections.BatchStats).
+func histogramCol[R any](name string, get func(*row[R]) map[string]int) column[R] {
+	return column[R]{field: field(name, histogramType, false), add: func(b array.Builder, r *row[R]) {
+		type bin struct{ value, count int64 }
+		var bins []bin
+		for k, n := range get(r) {
+			v, err := strconv.ParseInt(k, 10, 64)
+			if err != nil {
+				continue // not written by the rules; no value to place it at
+			}
+			bins = append(bins, bin{v, int64(n)})
+		}
+		slices.SortFunc(bins, func(x, y bin) int { return cmp.Compare(x.value, y.value) })
+		lb := b.(*array.ListBuilder)
+		lb.Append(true)
+		sb := lb.ValueBuilder().(*array.StructBuilder)
+		vb, cb := sb.FieldBuilder(0).(*array.Int64Builder), sb.FieldBuilder(1).(*array.Int64Builder)
+		for _, x := range bins {
+			sb.Append(true)
+			vb.Append(x.value)
+			cb.Append(x.count)
+		}
+	}}
 }
 
 func field(name string, t arrow.DataType, nullable bool) arrow.Field {

@@ -204,3 +204,44 @@ def test_checker_refuses_broken_pairing():
     for broken in (ok["messages"][:2], [ok["messages"][0], ok["messages"][2]], ok["messages"] + [ok["messages"][2]]):
         with pytest.raises(AssertionError):
             check_chat({"messages": broken})
+
+
+def test_samples_types_match_the_api(exported):
+    """The samples table gives every column the API's Arrow samples carry
+    the same type and nullability."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    ex = exported
+    seq = pq.read_table(ex.out / "parquet" / "batches.parquet").column("seq")[0].as_py()
+    req = urllib.request.Request(f"{ex.url}/v1/runs/{ex.run}/batches/{seq}/samples",
+                                 headers={"Accept": "application/vnd.apache.arrow.stream"})
+    with urllib.request.urlopen(req) as r:
+        served = ipc.open_stream(r.read()).schema
+    mine = pq.read_schema(ex.out / "parquet" / "samples.parquet")
+    for f in served:
+        m = mine.field(f.name)
+        assert m.nullable == f.nullable, f.name
+        if pa.types.is_list(f.type):
+            assert pa.types.is_list(m.type) and m.type.value_type == f.type.value_type, f.name
+            assert m.type.value_field.nullable == f.type.value_field.nullable, f.name
+        else:
+            assert m.type == f.type, f.name
+
+
+def test_histograms_are_typed_and_agree(exported):
+    """A batch's segment staleness histogram counts its turns' segments."""
+    ex = exported
+    d = ex.out / "parquet"
+    by_batch = duckdb.sql(f"""
+        SELECT seq, h.value AS staleness, h.count AS segments
+          FROM (SELECT seq, unnest(segment_staleness_histogram) AS h FROM '{d / "batches.parquet"}')
+         ORDER BY ALL""").fetchall()
+    by_turns = duckdb.sql(f"""
+        SELECT batch_seq, s AS staleness, count(*) AS segments
+          FROM (SELECT batch_seq, unnest(segment_staleness) AS s FROM '{d / "turns.parquet"}' WHERE batch_seq IS NOT NULL)
+         GROUP BY ALL ORDER BY ALL""").fetchall()
+    assert by_batch == by_turns and by_batch
+    b = pq.read_schema(d / "batches.parquet")
+    for name in ("segment_staleness_histogram", "in_flight", "in_queue"):
+        assert str(b.field(name).type) == "list<item: struct<value: int64 not null, count: int64 not null> not null>", name
