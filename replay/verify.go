@@ -72,7 +72,8 @@ type Report struct {
 	// which no head covers yet.
 	HeadsChecked int    `json:"heads_checked"`
 	Uncommitted  uint64 `json:"uncommitted"`
-	// Misrouted counts the recorded misrouted findings: records naming
+	// Misrouted counts the recorded misrouted findings (distinct ids: a
+	// finding recorded again counts once): records naming
 	// the run that the projector read from a partition the run does not
 	// map to and did not fold (docs/design.md §8.1). Replay reads only the
 	// run's partition, so it folds none of them either; the findings are
@@ -152,12 +153,21 @@ func Verify(ctx context.Context, src Source, o VerifyOptions) (*Report, error) {
 	recorded := map[string]*recordedEntry{}
 	var order []string // recorded ids, in the order recorded
 	var heads []RecordedHead
+	// Misrouted findings, by id: counted once however often recorded, and
+	// kept for the audit, which lists them beside the fold's findings.
+	misrouted := map[string]struct{}{}
+	var misroutedAudit []projections.Decision
 	// The configuration the run's first recorded batch was made under,
 	// read in the same pass as the recorded decisions.
 	config, rules, err := decidedConfig(ctx, src, func(r Recorded, d decisionInfo) error {
 		rep.RecordedRecords++
 		if d.Type == projections.KindAuditFinding && d.Fact.Seq == 0 && d.ID == events.MisroutedID(rep.Run, d.Fact.Partition, d.Fact.Offset) {
-			rep.Misrouted++
+			if _, ok := misrouted[d.ID]; !ok {
+				misrouted[d.ID] = struct{}{}
+				if o.Audit != nil {
+					misroutedAudit = append(misroutedAudit, projections.Decision{ID: d.ID, Run: rep.Run, Kind: d.Type, Value: bytes.Clone(r.Value)})
+				}
+			}
 			return nil
 		}
 		sum := sha256.Sum256(r.Value)
@@ -176,6 +186,7 @@ func Verify(ctx context.Context, src Source, o VerifyOptions) (*Report, error) {
 		return nil, err
 	}
 	rep.Recorded = len(recorded)
+	rep.Misrouted = len(misrouted)
 	rep.RuleVersion = rules
 	slices.SortStableFunc(heads, func(a, b RecordedHead) int { return cmp.Compare(a.Size, b.Size) })
 
@@ -241,6 +252,11 @@ func Verify(ctx context.Context, src Source, o VerifyOptions) (*Report, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	for _, d := range misroutedAudit {
+		if err := o.Audit.Decision(d); err != nil {
+			return nil, err
+		}
 	}
 	if s, ok := src.(skipper); ok {
 		rep.Skipped = s.Skipped()

@@ -256,10 +256,10 @@ Attempts: {{.Audit.Attempts.Started}} started ({{.Audit.Attempts.Retries}} retri
 </table>{{end}}
 
 <h2 id="findings">Findings ({{len .Audit.Findings}})</h2>
-{{if not .Audit.Findings}}<p>None: no fact of the run needed a finding.</p>{{else}}<p>{{named .Audit.FindingsByKind}}. Each is placed by the fact that caused it: its position in the run (fact) and in the facts topic (partition/offset).</p>
+{{if not .Audit.Findings}}<p>None: no fact of the run needed a finding.</p>{{else}}<p>{{named .Audit.FindingsByKind}}. Each is placed by the fact that caused it: its position in the run (fact) and in the facts topic (partition/offset); a misrouted finding has only the latter, as the record has no place in the run's order.</p>
 <table>
 <tr><th>#</th><th>kind</th><th>fact</th><th>partition/offset</th><th>group</th><th>attempt</th><th>detail</th></tr>
-{{range .Audit.Findings}}<tr><td class="n">{{.Seq}}</td><td>{{.Finding.Kind}}</td><td class="n">{{.Fact.Seq}}</td><td class="n">{{.Fact.Partition}}/{{.Fact.Offset}}</td><td>{{.Finding.Group}}</td><td>{{.Finding.Attempt}}</td><td class="detail">{{.Finding.Detail}}</td></tr>
+{{range .Audit.Findings}}<tr><td class="n">{{if .Seq}}{{.Seq}}{{else}}–{{end}}</td><td>{{.Finding.Kind}}</td><td class="n">{{if .Fact.Seq}}{{.Fact.Seq}}{{else}}–{{end}}</td><td class="n">{{.Fact.Partition}}/{{.Fact.Offset}}</td><td>{{.Finding.Group}}</td><td>{{.Finding.Attempt}}</td><td class="detail">{{.Finding.Detail}}</td></tr>
 {{end}}</table>{{end}}
 </body>
 </html>

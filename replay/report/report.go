@@ -118,7 +118,16 @@ func WriteText(w io.Writer, d Data) error {
 
 	p("\nfindings     %d: %s\n", len(a.Findings), named(a.FindingsByKind))
 	for _, f := range a.Findings {
-		p("  #%-5d fact %d at %d/%d  %-22s %s\n", f.Seq, f.Fact.Seq, f.Fact.Partition, f.Fact.Offset, f.Finding.Kind, f.Finding.Detail)
+		// A misrouted finding has no number and no place in the run's
+		// facts (docs/design.md §11.2): only the record's position.
+		seq, fact := "-", "-"
+		if f.Seq != 0 {
+			seq = strconv.FormatUint(f.Seq, 10)
+		}
+		if f.Fact.Seq != 0 {
+			fact = strconv.FormatUint(f.Fact.Seq, 10)
+		}
+		p("  #%-5s fact %s at %d/%d  %-22s %s\n", seq, fact, f.Fact.Partition, f.Fact.Offset, f.Finding.Kind, f.Finding.Detail)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -213,7 +213,11 @@ type Status struct {
 	BatchesSealed uint64 `json:"batches_sealed"`
 	TasksAdmitted uint64 `json:"tasks_admitted"`
 	TasksRejected uint64 `json:"tasks_rejected"`
-	Findings      uint64 `json:"findings"`
+	// Findings counts every audit.finding of the run: those its fold
+	// numbered and the misrouted ones, which no fold numbers
+	// (docs/design.md §11.2); replay --verify counts the latter as
+	// misrouted.
+	Findings uint64 `json:"findings"`
 }
 
 func (s *Service) status(w http.ResponseWriter, r *http.Request) {
@@ -238,6 +242,12 @@ func (s *Service) status(w http.ResponseWriter, r *http.Request) {
 		}
 		*f.dst = n
 	}
+	m, err := s.Projector.Misrouted(run)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	st.Findings += m
 	n, err := s.Projector.Folded(run)
 	if err != nil {
 		s.fail(w, err)

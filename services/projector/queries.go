@@ -203,6 +203,17 @@ func (p *Projector) LastSeq(run string, kind events.Type) (uint64, error) {
 	return binary.BigEndian.Uint64(k[len(k)-8:]), nil
 }
 
+// Misrouted is how many misrouted findings of a run the projector has
+// concluded and committed: records naming the run read from a partition it
+// does not map to (docs/design.md §11.2), which no fold numbers.
+func (p *Projector) Misrouted(run string) (uint64, error) {
+	v, ok, err := get(p.db, append([]byte{nsMisrouted}, run...))
+	if err != nil || !ok || len(v) != 8 {
+		return 0, err
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
 // Folded is how many of a run's facts the projector has folded and
 // committed (duplicates included: the fold's fact sequence number), 0 for
 // a run it has not seen.

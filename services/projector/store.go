@@ -17,6 +17,7 @@ import (
 //	b <run> 0x00 <seq:8>                 a sealed batch's manifest as served: the data of its batch.sealed
 //	r <run>                              run index: first-seen order (8 bytes)
 //	p <topic>                            the facts topic's partition count the state was built with (4 bytes, big endian)
+//	f <run>                              how many misrouted findings of the run were concluded (8 bytes, big endian)
 const (
 	nsOffset        = 'o'
 	nsState         = 's'
@@ -26,6 +27,7 @@ const (
 	nsManifest      = 'b'
 	nsRun           = 'r'
 	nsPartitions    = 'p'
+	nsMisrouted     = 'f'
 )
 
 // get copies a value out of Pebble, which only lends it until the closer
