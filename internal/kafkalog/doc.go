@@ -37,16 +37,20 @@
 // # Durability
 //
 // A [Writer] acknowledges an [Writer.Append] only once every record is
-// acknowledged by all in-sync replicas (acks=all). kafka-go's Writer defaults
-// are unsafe for a ledger (no acks, a one-second batch timeout); [NewWriter]
-// sets acks=all, a millisecond batch timeout, lz4 compression, bounded
-// retries, and places records with [PartitionOf], which maps a run id to
-// the same partition as the Java and Python clients do.
+// acknowledged by all in-sync replicas (acks=all). The Writer speaks
+// kafka-go's protocol layer rather than using kafka.Writer, whose defaults
+// are unsafe for a ledger (no acks, a one-second batch timeout) and whose
+// per-batch buffers of BatchSize messages cost more than the records at
+// small sizes; it sends acks=all, lz4-compressed produce requests that
+// carry every partition of a leader at once, retries a partition's batch a
+// bounded number of times, and places records with [PartitionOf], which
+// maps a run id to the same partition as the Java and Python clients do.
 //
 // # Ordering
 //
-// All records of one run share a key and so a partition. kafka-go writes a
-// partition's batches one at a time, in the order they were formed, so the
+// All records of one run share a key and so a partition. The Writer keeps
+// a partition in at most one produce request at a time and sends its
+// queued records in the order they were appended, retries included, so the
 // records of one Append keep their order, and an Append that starts after
 // another returned is ordered after it. Concurrent Appends for one run are not
 // ordered with respect to each other; producers that need order wait for the
