@@ -413,8 +413,8 @@ func TestExplorerInChromium(t *testing.T) {
 		}
 		var charts int
 		b.run(chromedp.Evaluate(`document.querySelectorAll(".chart svg").length`, &charts))
-		if charts != 10 {
-			t.Errorf("run view draws %d charts, want 10", charts)
+		if charts != 16 {
+			t.Errorf("run view draws %d charts, want 16", charts)
 		}
 		shots["run"] = b.screenshot("run")
 		// Clicking a step's point in the pass-rate chart opens the step.
@@ -640,7 +640,7 @@ func TestExplorerInChromium(t *testing.T) {
 		}
 		var versions string
 		b.run(chromedp.Evaluate(`document.querySelector(".turn .hd").textContent`, &versions))
-		if !strings.Contains(versions, "v0 (stale 0)") || !strings.Contains(versions, "v1 (stale") || !strings.Contains(versions, "from 2") {
+		if !strings.Contains(versions, "policy version 0 (0 updates behind") || !strings.Contains(versions, "from token 2: policy version 1 (") {
 			t.Errorf("the turn's two version segments are not shown: %q", versions)
 		}
 		sameNumber(t, b.values(), "output_cut-0-0", "300")
