@@ -262,12 +262,18 @@ func (c *applyCtx) placeTrainGroup(id string, g *groupState, kept []member, clos
 		return nil
 	}
 
-	b, err := json.Marshal(entry)
-	if err != nil {
-		return err
-	}
-	if err := c.s.Set(openKey(c.h.open), b); err != nil {
-		return err
+	if c.wb != nil {
+		if err := c.wb.placed(c.s, c.h.open, entry); err != nil {
+			return err
+		}
+	} else {
+		b, err := json.Marshal(entry)
+		if err != nil {
+			return err
+		}
+		if err := c.s.Set(openKey(c.h.open), b); err != nil {
+			return err
+		}
 	}
 	c.h.open++
 	if c.h.open >= uint64(cfg.BatchGroups) {
@@ -392,18 +398,14 @@ func (c *applyCtx) seal() error {
 	if err != nil {
 		return err
 	}
-	entries := make([]openGroup, c.h.open)
-	for i := range entries {
-		b, ok, err := c.s.Get(openKey(uint64(i)))
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return fmt.Errorf("%w: open batch entry %d missing", ErrCorruptState, i)
-		}
-		if err := json.Unmarshal(b, &entries[i]); err != nil {
-			return fmt.Errorf("%w: open batch entry %d: %v", ErrCorruptState, i, err)
-		}
+	var entries []openGroup
+	if c.wb != nil {
+		entries, err = c.wb.openEntries(c.s, c.h.open)
+	} else {
+		entries, err = storedOpen(c.s, c.h.open)
+	}
+	if err != nil {
+		return err
 	}
 	dropped := make([]DroppedGroup, c.h.drops)
 	for i := range dropped {
@@ -446,9 +448,16 @@ func (c *applyCtx) seal() error {
 	if err := c.s.Set(sealedKey(k), []byte(m.Digest)); err != nil {
 		return err
 	}
-	for i := range entries {
-		if err := c.s.Delete(openKey(uint64(i))); err != nil {
+	if c.wb != nil {
+		if err := c.wb.sealed(c.s); err != nil {
 			return err
+		}
+	}
+	for i := range entries {
+		if c.wb == nil {
+			if err := c.s.Delete(openKey(uint64(i))); err != nil {
+				return err
+			}
 		}
 		for a, ba := range entries[i].Group.Attempts {
 			for t, bt := range ba.Turns {

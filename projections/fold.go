@@ -71,6 +71,9 @@ type Fold struct {
 	override func(*events.Config)
 	recorded *events.Config
 	cache    treeCache
+	// wb is the write-back cache (FoldOptions.WriteBack), nil for a fold
+	// that writes every record through.
+	wb *writeBack
 	// repeat says the last record applied repeated an event id applied
 	// before (see Repeat).
 	repeat bool
@@ -106,6 +109,16 @@ type FoldOptions struct {
 	// RuleVersion. A run whose state already has records keeps the
 	// version it started under.
 	RuleVersion int
+	// WriteBack, when above 0, keeps the records the fold rewrites with
+	// nearly every fact — the header, the fact tree, the open batch, and
+	// the attempts and groups in flight, up to about WriteBack bytes of
+	// them — decoded in memory between records, and writes them to the
+	// Store only to make room and at [Fold.Flush] (writeback.go). The
+	// decisions are the same; the Store is complete only after Flush, and
+	// the fold must be used with one Store. For a pass over a whole run
+	// into a scratch store (replay), not for a projector, whose Store is
+	// its snapshot at every window.
+	WriteBack int
 }
 
 // NewFoldWith returns the fold of run with options.
@@ -114,7 +127,34 @@ func NewFoldWith(run string, o FoldOptions) *Fold {
 	if rules == 0 {
 		rules = RuleVersion
 	}
-	return &Fold{run: run, override: o.Config, recorded: o.Recorded, rules: rules}
+	f := &Fold{run: run, override: o.Config, recorded: o.Recorded, rules: rules}
+	if o.WriteBack > 0 {
+		f.wb = newWriteBack(o.WriteBack)
+	}
+	return f
+}
+
+// Flush writes what a write-back fold holds in memory to s, the Store it
+// folds into, so that s holds the fold's whole state (read it with
+// [HeadOf], [ViewSummary]); a fold that writes through has nothing to
+// flush. The fold can go on after it.
+func (f *Fold) Flush(s Store) error {
+	if f.wb == nil {
+		return nil
+	}
+	if err := f.wb.use(s); err != nil {
+		return err
+	}
+	return f.wb.flush(s, f.cache.tree)
+}
+
+// Head is the head of the fact tree after the last record applied to s,
+// the fold's Store: [HeadOf] without a Flush.
+func (f *Fold) Head(s Store) (TreeHead, error) {
+	if f.wb != nil && f.wb.store == s && f.cache.tree != nil {
+		return f.cache.tree.Head(), nil
+	}
+	return HeadOf(s)
 }
 
 // RuleVersion is the rule version the fold applies.
@@ -165,25 +205,66 @@ func (f *Fold) Apply(s Store, r Record) ([]Decision, error) {
 	}
 	f.repeat = false
 	c := &applyCtx{run: f.run, rules: f.rules, s: s, ev: ev, override: f.override, recorded: f.recorded, cache: &f.cache, digests: &dg, repeat: &f.repeat}
+	if f.wb != nil {
+		ds, err := f.applyWriteBack(c, r.Partition, r.Offset, value, decodeErr)
+		if err != nil {
+			f.wb.broken = err
+		}
+		return ds, err
+	}
 	if err := c.loadHeader(); err != nil {
 		return nil, err
 	}
+	if err := c.applyRecord(r.Partition, r.Offset, value, decodeErr); err != nil {
+		return nil, err
+	}
+	if err := c.s.Set([]byte(keyHeader), c.h.encode()); err != nil {
+		return nil, err
+	}
+	return c.out, nil
+}
+
+// applyWriteBack is Apply of a write-back fold: the header, the config and
+// the tree come from the cache and go back to it.
+func (f *Fold) applyWriteBack(c *applyCtx, partition int32, offset int64, value []byte, decodeErr error) ([]Decision, error) {
+	w := f.wb
+	if err := w.use(c.s); err != nil {
+		return nil, err
+	}
+	h, err := w.header(c.s)
+	if err != nil {
+		return nil, err
+	}
+	c.h, c.wb, c.cfg = h, w, w.cfg
+	if err := c.applyRecord(partition, offset, value, decodeErr); err != nil {
+		return nil, err
+	}
+	w.setHeader(c.h)
+	w.cfg = c.cfg
+	if err := w.trim(c.s, f.cache.tree); err != nil {
+		return nil, err
+	}
+	return c.out, nil
+}
+
+// applyRecord applies a record to the state whose header c holds.
+func (c *applyCtx) applyRecord(partition int32, offset int64, value []byte, decodeErr error) error {
 	// A run keeps the rule version it started under, whatever build folds
 	// its later records: its first record fixes it.
 	switch {
 	case c.h.facts == 0:
-		c.h.rules = uint64(f.rules)
+		c.h.rules = uint64(c.rules)
 	case c.h.rules == 0:
 		c.h.rules = MinRuleVersion // a state from before the version was kept
 	}
 	if !SupportsRuleVersion(int(c.h.rules)) {
-		return nil, fmt.Errorf("projections: run %s is folded under rule version %d, which this build does not implement", f.run, c.h.rules)
+		return fmt.Errorf("projections: run %s is folded under rule version %d, which this build does not implement", c.run, c.h.rules)
 	}
 	c.rules = int(c.h.rules)
 	c.h.facts++
-	c.pos = FactPosition{Seq: c.h.facts, Partition: r.Partition, Offset: r.Offset}
-	if err := c.appendLeaf(dg.leaf[:]); err != nil {
-		return nil, err
+	c.pos = FactPosition{Seq: c.h.facts, Partition: partition, Offset: offset}
+	if err := c.appendLeaf(c.digests.leaf[:]); err != nil {
+		return err
 	}
 
 	var err error
@@ -195,13 +276,7 @@ func (f *Fold) Apply(s Store, r Record) ([]Decision, error) {
 	if err == nil {
 		err = c.checkpoint()
 	}
-	if err != nil {
-		return nil, err
-	}
-	if err := c.s.Set([]byte(keyHeader), c.h.encode()); err != nil {
-		return nil, err
-	}
-	return c.out, nil
+	return err
 }
 
 // FoldAll folds recs, in order, into a fresh [MemStore] and returns every
@@ -241,6 +316,8 @@ type applyCtx struct {
 	digests *Digests
 	// repeat is set when the record repeats an event id (Fold.Repeat).
 	repeat *bool
+	// wb is the fold's write-back cache, nil when it writes through.
+	wb *writeBack
 }
 
 func (c *applyCtx) apply(value []byte) error {
@@ -430,6 +507,13 @@ func (c *applyCtx) task(id string) (taskState, error) {
 func (c *applyCtx) putTask(id string, t *taskState) error { return c.s.Set(taskKey(id), t.encode()) }
 
 func (c *applyCtx) group(id string) (groupState, error) {
+	if c.wb != nil {
+		return c.wb.group(c.s, id)
+	}
+	return c.storedGroup(id)
+}
+
+func (c *applyCtx) storedGroup(id string) (groupState, error) {
 	b, ok, err := c.s.Get(groupKey(id))
 	if err != nil || !ok {
 		return groupState{}, err
@@ -437,9 +521,21 @@ func (c *applyCtx) group(id string) (groupState, error) {
 	return decodeGroup(b)
 }
 
-func (c *applyCtx) putGroup(id string, g *groupState) error { return c.s.Set(groupKey(id), g.encode()) }
+func (c *applyCtx) putGroup(id string, g *groupState) error {
+	if c.wb != nil {
+		return c.wb.putGroup(c.s, id, g)
+	}
+	return c.s.Set(groupKey(id), g.encode())
+}
 
 func (c *applyCtx) attempt(id string) (attemptState, error) {
+	if c.wb != nil {
+		return c.wb.attempt(c.s, id)
+	}
+	return c.storedAttempt(id)
+}
+
+func (c *applyCtx) storedAttempt(id string) (attemptState, error) {
 	b, ok, err := c.s.Get(attemptKey(id))
 	if err != nil || !ok {
 		return attemptState{}, err
@@ -448,5 +544,8 @@ func (c *applyCtx) attempt(id string) (attemptState, error) {
 }
 
 func (c *applyCtx) putAttempt(id string, a *attemptState) error {
+	if c.wb != nil {
+		return c.wb.putAttempt(c.s, id, a)
+	}
 	return c.s.Set(attemptKey(id), a.encode())
 }

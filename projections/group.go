@@ -277,14 +277,33 @@ func (c *applyCtx) evaluate(id string, g *groupState) error {
 		return nil
 	}
 	members := make([]member, 0, len(g.members))
-	index := make(map[string]int, len(g.members))
+	complete := 0
 	for _, m := range g.members {
 		a, err := c.attempt(m)
 		if err != nil {
 			return err
 		}
-		index[m] = len(members)
+		if a.rewarded && a.finished {
+			complete++
+		}
 		members = append(members, member{id: m, a: a})
+	}
+	size := g.size
+	if size < 1 {
+		cfg, err := c.config()
+		if err != nil {
+			return err
+		}
+		size = int64(cfg.GroupSize)
+	}
+	// Each complete slot holds a complete attempt: with fewer of those
+	// than size slots, an open group cannot complete, whatever its slots.
+	if !g.closed && int64(complete) < size {
+		return nil
+	}
+	index := make(map[string]int, len(members))
+	for i := range members {
+		index[members[i].id] = i
 	}
 	roots := slotRoots(members, index)
 	// Each complete slot is held by its attempt that completed first.
@@ -297,14 +316,6 @@ func (c *applyCtx) evaluate(id string, g *groupState) error {
 		if j, ok := rep[roots[i]]; !ok || a.completedSeq < members[j].a.completedSeq {
 			rep[roots[i]] = i
 		}
-	}
-	size := g.size
-	if size < 1 {
-		cfg, err := c.config()
-		if err != nil {
-			return err
-		}
-		size = int64(cfg.GroupSize)
 	}
 	closedEarly := false
 	if int64(len(rep)) < size {

@@ -53,6 +53,11 @@ type transcript struct {
 	b      *runBuilder
 	fold   *Fold
 	store  *MemStore
+	// shadows fold every record again with write-back caches, one that
+	// writes back after every record and one that never needs to: each
+	// must conclude the same decisions, and hold the same state once
+	// flushed (FoldOptions.WriteBack).
+	shadows []shadowFold
 	values [][]byte // the value of every record applied, in order
 	// labels maps an id= label to the event number that carries it.
 	labels map[string]int
@@ -77,6 +82,10 @@ func runTranscript(t *testing.T, d *datadriven.TestData) string {
 	tr := &transcript{
 		t: t, b: newRun(t), fold: NewFold(testRun), store: NewMemStore(),
 		labels: map[string]int{}, firstSeq: map[string]uint64{}, lastSeq: map[events.Type]uint64{},
+		shadows: []shadowFold{
+			{name: "write-back of 1 byte", fold: NewFoldWith(testRun, FoldOptions{WriteBack: 1}), store: NewMemStore()},
+			{name: "write-back of 1 GiB", fold: NewFoldWith(testRun, FoldOptions{WriteBack: 1 << 30}), store: NewMemStore()},
+		},
 	}
 	for _, a := range d.CmdArgs {
 		switch a.Key {
@@ -111,10 +120,23 @@ func runTranscript(t *testing.T, d *datadriven.TestData) string {
 			}
 		}
 	}
+	for _, sh := range tr.shadows {
+		if err := sh.fold.Flush(sh.store); err != nil {
+			t.Fatal(err)
+		}
+		sameStore(t, sh.name, sh.store, tr.store)
+	}
 	if tr.out.Len() == 0 {
 		return "no decisions"
 	}
 	return tr.out.String()
+}
+
+// shadowFold is a write-back fold beside a transcript's fold.
+type shadowFold struct {
+	name  string
+	fold  *Fold
+	store *MemStore
 }
 
 // apply folds one record, checks what every decision must satisfy, and
@@ -142,6 +164,13 @@ func (tr *transcript) apply(p pendingRecord, header string) error {
 	ds, err := tr.fold.Apply(tr.store, rec)
 	if err != nil {
 		return err
+	}
+	for _, sh := range tr.shadows {
+		got, err := sh.fold.Apply(sh.store, rec)
+		if err != nil {
+			return fmt.Errorf("%s: %w", sh.name, err)
+		}
+		sameDecisions(tr.t, fmt.Sprintf("%s, record %d", sh.name, seq), got, ds)
 	}
 	if len(ds) == 0 {
 		return nil

@@ -166,6 +166,16 @@ func decodeTree(b []byte) (*Tree, error) {
 // tree's size must be the fact sequence number before this record: a state
 // written before the fold kept a tree cannot be continued.
 func (c *applyCtx) appendLeaf(leaf []byte) error {
+	if c.wb != nil && c.cache.tree != nil {
+		// A write-back fold's tree is the cached one (writeback.go).
+		t := c.cache.tree
+		if t.Size() != c.pos.Seq-1 {
+			return fmt.Errorf("%w: the fact tree holds %d leaves at fact %d", ErrCorruptState, t.Size(), c.pos.Seq)
+		}
+		t.Append(leaf)
+		c.tree, c.wb.treeDirty = t, true
+		return nil
+	}
 	b, ok, err := c.s.Get([]byte(keyTree))
 	if err != nil {
 		return err
@@ -185,6 +195,10 @@ func (c *applyCtx) appendLeaf(leaf []byte) error {
 	}
 	t.Append(leaf)
 	c.tree = t
+	if c.wb != nil {
+		c.cache.tree, c.cache.enc, c.wb.treeDirty = t, nil, true
+		return nil
+	}
 	c.cache.tree, c.cache.enc = t, t.appendEncoded(c.cache.enc[:0])
 	return c.s.Set([]byte(keyTree), c.cache.enc)
 }
