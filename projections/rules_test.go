@@ -50,15 +50,15 @@ type transcript struct {
 	full    bool // print decisions as their canonical bytes
 	samples bool // print the samples of sealed batches
 
-	b      *runBuilder
-	fold   *Fold
-	store  *MemStore
+	b     *runBuilder
+	fold  *Fold
+	store *MemStore
 	// shadows fold every record again with write-back caches, one that
 	// writes back after every record and one that never needs to: each
 	// must conclude the same decisions, and hold the same state once
 	// flushed (FoldOptions.WriteBack).
 	shadows []shadowFold
-	values [][]byte // the value of every record applied, in order
+	values  [][]byte // the value of every record applied, in order
 	// labels maps an id= label to the event number that carries it.
 	labels map[string]int
 	// firstSeq is the fact sequence number of the first record of each event id.
