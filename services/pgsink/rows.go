@@ -98,12 +98,14 @@ func (rs *rowSet) addFact(m kafkalog.Message) string {
 		for i, s := range d.VersionSegments {
 			starts[i], versions[i] = s.Start, s.PolicyVersion
 		}
-		rs.add(tTurns, common(d.Attempt, int64(d.Turn), d.PolicyVersion(), d.PromptTokens, d.CompletionTokens,
+		row := []any{d.Attempt, int64(d.Turn), d.PolicyVersion(), d.PromptTokens, d.CompletionTokens,
 			d.CachedTokens, int64(len(d.ObservationTokenIDs)), int64(len(d.TokenIDs)), d.Finish, d.LatencyMS,
-			starts, versions, nullable(d.Text), d.TextCut)...)
+			starts, versions, nullable(d.Text), d.TextCut}
+		rs.add(tTurns, common(append(row, turnV3(d)...)...)...)
 	case *events.ToolCalled:
-		rs.add(tToolCalls, common(d.Attempt, int64(d.Turn), int64(d.Call), d.Tool, int64(d.ExitCode), d.DurationMS,
-			d.OutputBytes, d.ToFile, d.Background, d.TimedOut, nullable(d.Input), d.InputCut, nullable(d.Output), d.OutputCut)...)
+		row := []any{d.Attempt, int64(d.Turn), int64(d.Call), d.Tool, int64(d.ExitCode), d.DurationMS,
+			d.OutputBytes, d.ToFile, d.Background, d.TimedOut, nullable(d.Input), d.InputCut, nullable(d.Output), d.OutputCut}
+		rs.add(tToolCalls, common(append(row, toolV3(d)...)...)...)
 	case *events.ContextCompacted:
 		rs.add(tCompactions, common(d.Attempt, int64(d.Turn), d.TokensBefore, d.TokensAfter)...)
 	case *events.RewardComputed:
@@ -121,6 +123,8 @@ func (rs *rowSet) addFact(m kafkalog.Message) string {
 			}
 			rs.add(tGradientGaps, id, s, gap, part, off)
 		}
+	case *events.VocabularyRegistered:
+		rs.add(tVocabularyChunks, common(vocabularyRow(d)...)...)
 	default:
 		return fmt.Sprintf("no table for fact type %s", ev.Type)
 	}

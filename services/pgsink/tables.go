@@ -27,6 +27,7 @@ const (
 	tPolicyVersions
 	tGradientSteps
 	tGradientGaps
+	tVocabularyChunks
 	tAdmissions
 	tBatches
 	tBatchGroups
@@ -80,12 +81,13 @@ var tables = [numTables]table{
 		cols: cols(factCols, "attempt", "group_id", "task", "engine", "vm", "fork_ms", "retry_of")},
 	tAttemptOutcomes: {name: "attempt_outcomes", order: "log_partition, log_offset", cols: cols(factCols, "attempt", "outcome")},
 	tAttemptFailures: {name: "attempt_failures", order: "log_partition, log_offset", cols: cols(factCols, "attempt", "reason")},
-	tTurns: {name: "turns", order: "log_partition, log_offset", cols: cols(factCols,
+	tTurns: {name: "turns", order: "log_partition, log_offset", cols: cols(cols(factCols,
 		"attempt", "turn", "policy_version", "prompt_tokens", "completion_tokens", "cached_tokens",
-		"observation_tokens", "inline_tokens", "finish", "latency_ms", "segment_starts", "segment_versions", "text", "text_cut")},
-	tToolCalls: {name: "tool_calls", order: "log_partition, log_offset", cols: cols(factCols,
+		"observation_tokens", "inline_tokens", "finish", "latency_ms", "segment_starts", "segment_versions", "text", "text_cut"),
+		turnV3Cols...)},
+	tToolCalls: {name: "tool_calls", order: "log_partition, log_offset", cols: cols(cols(factCols,
 		"attempt", "turn", "call", "tool", "exit_code", "duration_ms", "output_bytes", "to_file", "background", "timed_out",
-		"input", "input_cut", "output", "output_cut")},
+		"input", "input_cut", "output", "output_cut"), toolV3Cols...)},
 	tCompactions: {name: "compactions", order: "log_partition, log_offset",
 		cols: cols(factCols, "attempt", "turn", "tokens_before", "tokens_after")},
 	tRewards: {name: "rewards", order: "log_partition, log_offset",
@@ -96,6 +98,7 @@ var tables = [numTables]table{
 		"step", "batch", "batch_digest", "from_version", "to_version", "loss", "trained_tokens", "truncated_fraction", "grad_norm")},
 	tGradientGaps: {name: "gradient_logprob_gaps", cols: []string{"event_id", "staleness", "gap"},
 		parent: "gradient_steps", join: "p.event_id = c.event_id"},
+	tVocabularyChunks: {name: "vocabulary_chunks", order: "log_partition, log_offset", cols: cols(factCols, vocabularyCols...)},
 	tAdmissions: {name: "admissions", order: "log_partition, log_offset", cols: cols([]string{
 		"decision_id", "run", "decision", "task", "probes", "passes", "pass_rate"}, decisionCols...)},
 	tBatches: {name: "batches", order: "log_partition, log_offset", cols: []string{
