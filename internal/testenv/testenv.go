@@ -116,6 +116,30 @@ func CheckFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	}
 }
 
+// CheckProgress polls cond until it says done, and fails the test when
+// the progress it reports has not advanced for stall (at least
+// MinCheckFor): for work whose length is the machine's to decide, such as
+// a consumer catching up with a backlog, a loaded machine slows the
+// progress, not the verdict, while a hang still fails within stall.
+func CheckProgress(t testing.TB, stall time.Duration, what string, cond func() (done bool, progress int64)) {
+	t.Helper()
+	stall = max(stall, MinCheckFor)
+	start := time.Now()
+	done, last := cond()
+	moved := time.Now()
+	for !done {
+		if time.Since(moved) > stall {
+			t.Fatalf("after %v, %v without progress (at %d): %s", time.Since(start).Round(time.Second), stall, last, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+		var p int64
+		done, p = cond()
+		if p != last {
+			last, moved = p, time.Now()
+		}
+	}
+}
+
 // SecureKafka locates the SASL and TLS test listeners of the real broker
 // that scripts/kafka/start.sh configures (see scripts/services.sh for the
 // variables).

@@ -176,9 +176,11 @@ func TestProjectorSurvivesKill9(t *testing.T) {
 			}()
 			var got map[string][]byte
 			var records int
-			testenv.CheckFor(t, 90*time.Second, "the restarted projector catches up", func() bool {
+			// However long catching up takes on a loaded machine, as long as
+			// the projector keeps committing windows.
+			testenv.CheckProgress(t, 90*time.Second, "the restarted projector catches up", func() (bool, int64) {
 				got, records = ledgertest.Decisions(t, kc)
-				return len(got) >= len(want)
+				return len(got) >= len(want), int64(strings.Count(logs.String(), `msg="window committed"`))
 			})
 			ledgertest.SameDecisions(t, got, want)
 			t.Logf("%d kills, %d injected crashes between emit and commit; %d decisions, %d records (duplicates from re-emission: %d)",
