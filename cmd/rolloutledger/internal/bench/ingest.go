@@ -17,6 +17,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/compress"
+
 	"github.com/rolloutledger/rolloutledger/events"
 	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/services/stack"
@@ -120,9 +123,12 @@ func ingestFigures(ctx context.Context, e *env) ([]*Figure, error) {
 			Command: e.cmd(GroupIngest),
 			Note: fmt.Sprintf("%s events: %d turn.generated facts of %d B canonical JSON per run, %d per request, 8 HTTP workers, into the in-process stack (ingest only, kafkalog writer: acks=all, lz4), %d partitions keyed by %d runs",
 				sz.name, n, p.meanSize(), sz.perBody, ingestPartitions, ingestRuns)}
-		raw := &Figure{Name: "kafka-go Writer (kafkalog settings), " + sz.name, Unit: "records/s",
+		own := &Figure{Name: "kafkalog Writer alone, " + sz.name, Unit: "records/s",
 			Command: e.cmd(GroupIngest),
-			Note:    "the same records through kafkalog.NewWriter (kafka-go, acks=all, lz4, batch 4096 / 2 ms) from 8 goroutines appending 64-record chunks: the client's own cost, without HTTP and decoding"}
+			Note:    "the same records through the ingest's own writer, kafkalog.NewWriter (kafka-go's protocol layer: a queue per partition, one produce request per leader for every partition not in flight, acks=all, lz4), from 8 goroutines appending 64-record chunks: the ingest without HTTP and decoding"}
+		raw := &Figure{Name: "kafka-go Writer, " + sz.name, Unit: "records/s",
+			Command: e.cmd(GroupIngest),
+			Note:    "the same records through kafka-go's own kafka.Writer with the settings the ledger used it with (acks=all, lz4, batches of up to 4,096 records closed after 2 ms, PartitionOf placement), from 8 goroutines appending 64-record chunks"}
 		perf := &Figure{Name: "kafka-producer-perf-test, " + sz.name, Unit: "records/s"}
 		for run := range e.o.Runs {
 			e.log.Info("ingest", "size", sz.name, "run", run+1)
@@ -138,11 +144,22 @@ func ingestFigures(ctx context.Context, e *env) ([]*Figure, error) {
 			if err != nil {
 				return nil, err
 			}
+			own.Runs = append(own.Runs, v)
+			v, err = kafkaGoWriter(ctx, e, p, n)
+			if err != nil {
+				return nil, err
+			}
 			raw.Runs = append(raw.Runs, v)
 		}
+		// The ingest beside its client: the same runs, their ratio to
+		// kafka-go's Writer measured back to back.
+		vsClient := &Figure{Name: "ingest POST /v1/events beside kafka-go Writer, " + sz.name, Unit: "events/s", Command: e.cmd(GroupIngest),
+			Runs: http.Runs, Note: "the ingest's runs above, each divided by the kafka-go Writer run beside it: what the ledger adds to its client"}
+		vsClient.link = func(map[string]*Figure) { vsClient.against(raw, 0.9, ">= 0.9 of kafka-go's Writer") }
 		http.link = func(m map[string]*Figure) { http.against(perf, 0.70, ">= 70% of kafka-producer-perf-test") }
+		own.link = func(m map[string]*Figure) { own.against(perf, 0, "(vs kafka-producer-perf-test)"); own.Met = nil }
 		raw.link = func(m map[string]*Figure) { raw.against(perf, 0, "(vs kafka-producer-perf-test)"); raw.Met = nil }
-		figs = append(figs, http, raw, perf)
+		figs = append(figs, http, vsClient, own, raw, perf)
 	}
 	return figs, nil
 }
@@ -238,6 +255,42 @@ func ingestWriter(ctx context.Context, e *env, p *payload, n int) (float64, erro
 		_, err := w.Append(ctx, chunk(i))
 		return err
 	})
+	if err != nil {
+		return 0, err
+	}
+	return float64(chunks*64) / took.Seconds(), nil
+}
+
+// kafkaGoWriter appends n records of p through kafka-go's own Writer with
+// the settings the ledger used it with, and returns records/s
+// acknowledged.
+func kafkaGoWriter(ctx context.Context, e *env, p *payload, n int) (float64, error) {
+	kc := e.kafka("kafka-go", ingestPartitions)
+	if _, err := kafkalog.EnsureTopics(ctx, kc); err != nil {
+		return 0, err
+	}
+	w := &kafka.Writer{
+		Addr: kafka.TCP(kc.Brokers...), Topic: kc.FactsTopic(),
+		Balancer: kafka.BalancerFunc(func(m kafka.Message, partitions ...int) int {
+			return partitions[kafkalog.PartitionOf(m.Key, len(partitions))]
+		}),
+		RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond, BatchSize: 4096, BatchBytes: kafkalog.MaxMessageBytes / 2,
+		WriteTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second, MaxAttempts: 5, Compression: compress.Lz4,
+	}
+	defer w.Close()
+	chunk := func(i int) []kafka.Message {
+		msgs := make([]kafka.Message, 64)
+		for j := range msgs {
+			k := (i*64 + j) % len(p.records)
+			msgs[j] = kafka.Message{Key: p.keys[k], Value: p.records[k]}
+		}
+		return msgs
+	}
+	if err := w.WriteMessages(ctx, chunk(0)...); err != nil {
+		return 0, err
+	}
+	chunks := max(1, n/64)
+	took, err := inParallel(chunks, func(i int) error { return w.WriteMessages(ctx, chunk(i)...) })
 	if err != nil {
 		return 0, err
 	}

@@ -1,11 +1,15 @@
 package bench
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -171,17 +175,27 @@ func projectorCatchUp(ctx context.Context, e *env, sr *simRun) (float64, error) 
 	}
 }
 
-// sealFigures pushes simulated runs at a steady 10,000 facts/s through a
-// stack running ingest, projector and API, with the trainer stand-in
-// long-polling for batches, and measures from Kafka's acknowledgment of
+// sealFigures pushes simulated runs at a steady 10,000 facts/s, with
+// inline tokens as a real run's turns carry them, through a stack running
+// ingest, projector and API in this process; the load generator and the
+// trainer stand-in long-polling for batches run in a child process of
+// their own ([sealChild]), so the load's CPU is not the ledger's
+// goroutines'. It measures, in the child, from Kafka's acknowledgment of
 // the fact that completes a batch to the trainer holding its manifest.
 func sealFigures(ctx context.Context, e *env) ([]*Figure, error) {
 	const rate = 10000
-	o := simulate.Options{Tasks: 96, Steps: 40, BatchGroups: 4, Trainer: true, Rate: rate}
+	o := sealLoad{Tasks: 96, Steps: 40, BatchGroups: 4, Rate: rate, Tokens: true}
 	if e.o.Short {
-		o = simulate.Options{Tasks: 24, Steps: 4, BatchGroups: 4, Trainer: true, Rate: rate}
+		o = sealLoad{Tasks: 24, Steps: 4, BatchGroups: 4, Rate: rate, Tokens: true}
 	}
-	note := fmt.Sprintf("simulate (tasks %d, steps %d, batch_groups %d) pushed at %d facts/s over HTTP into the in-process stack (ingest, projector, api); from Kafka's ack of the batch's watermark fact to GET .../batches/next returning it (long poll: includes one HTTP round trip)", o.Tasks, o.Steps, o.BatchGroups, rate)
+	exe := e.o.Executable
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return nil, err
+		}
+	}
+	note := fmt.Sprintf("simulate (tasks %d, steps %d, batch_groups %d, inline tokens) pushed at %d facts/s over HTTP from a child process into a stack (ingest, projector, api) in the bench's process; from Kafka's ack of the batch's watermark fact to GET .../batches/next returning it to the child's trainer (long poll: includes one HTTP round trip)", o.Tasks, o.Steps, o.BatchGroups, rate)
 	p50 := &Figure{Name: "seal latency p50 at 10,000 facts/s", Unit: "ms", Command: e.cmd(GroupSeal) + " ; go test -run='^$' -bench=SealLatency -benchtime=1x ./services/stack/", Note: note}
 	p99 := &Figure{Name: "seal latency p99 at 10,000 facts/s", Unit: "ms", Command: p50.Command}
 	achieved := &Figure{Name: "achieved load during the seal runs", Unit: "facts/s", Command: p50.Command}
@@ -198,39 +212,114 @@ func sealFigures(ctx context.Context, e *env) ([]*Figure, error) {
 			os.RemoveAll(dir)
 			return nil, err
 		}
-		var mu sync.Mutex
-		acked := map[projections.LogPosition]time.Time{}
-		ro := o
-		ro.URL, ro.Seed = s.URL(), uint64(100+run)
-		ro.OnAck = func(acks []simulate.Ack) {
-			mu.Lock()
-			defer mu.Unlock()
-			for _, a := range acks {
-				acked[projections.LogPosition{Partition: a.Partition, Offset: a.Offset}] = a.At
-			}
-		}
-		res, err := simulate.Run(ctx, ro)
+		lo := o
+		lo.URL, lo.Seed = s.URL(), uint64(100+run)
+		res, err := sealChildRun(ctx, exe, lo)
 		s.Shutdown(context.Background())
 		os.RemoveAll(dir)
 		if err != nil {
 			return nil, err
 		}
-		var lat []float64
-		for _, st := range res.Steps {
-			if at, ok := acked[st.Watermark]; ok {
-				lat = append(lat, float64(st.Received.Sub(at).Microseconds())/1000)
-			}
-		}
+		lat := res.LatenciesMS
 		if len(lat) == 0 {
-			return nil, fmt.Errorf("no batch latency measured (%d steps)", len(res.Steps))
+			return nil, fmt.Errorf("no batch latency measured (%d steps)", res.Steps)
 		}
 		slices.Sort(lat)
 		q := func(p float64) float64 { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
 		p50.Runs = append(p50.Runs, q(0.5))
 		p99.Runs = append(p99.Runs, q(0.99))
-		achieved.Runs = append(achieved.Runs, float64(res.Events)/res.Duration.Seconds())
+		achieved.Runs = append(achieved.Runs, float64(res.Events)/res.Seconds)
 		p99.Note = fmt.Sprintf("%d batches per run; p99 of so few batches is close to their maximum", len(lat))
 	}
 	p99.link = func(map[string]*Figure) { p99.goalAtMost(50, "<= 50 ms") }
 	return []*Figure{p50, p99, achieved}, nil
+}
+
+// sealChild is [ChildEnv]'s value for the seal figure's load generator;
+// childSealLoad holds its [sealLoad] as JSON.
+const (
+	sealChild     = "seal-load"
+	childSealLoad = "ROLLOUTLEDGER_BENCH_SEAL_LOAD"
+)
+
+// sealChildTimeout bounds one seal load child: on a loaded machine the
+// load falls far short of the rate asked, and a run takes minutes.
+const sealChildTimeout = 30 * time.Minute
+
+// sealLoad is what the seal figure's child pushes, and where.
+type sealLoad struct {
+	URL         string  `json:"url"`
+	Seed        uint64  `json:"seed"`
+	Tasks       int     `json:"tasks"`
+	Steps       int     `json:"steps"`
+	BatchGroups int     `json:"batch_groups"`
+	Rate        float64 `json:"rate"`
+	Tokens      bool    `json:"tokens"`
+}
+
+// sealResult is the child's one line of output.
+type sealResult struct {
+	// LatenciesMS are, per batch whose watermark fact the child saw
+	// acknowledged, the time from that ack to the trainer holding the
+	// batch.
+	LatenciesMS []float64 `json:"latencies_ms"`
+	Steps       int       `json:"steps"`
+	Events      int       `json:"events"`
+	Seconds     float64   `json:"seconds"`
+}
+
+// sealChildRun runs the load generator in a child process and returns
+// what it measured.
+func sealChildRun(ctx context.Context, exe string, o sealLoad) (sealResult, error) {
+	spec, err := json.Marshal(o)
+	if err != nil {
+		return sealResult{}, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, sealChildTimeout)
+	defer cancel()
+	c := exec.CommandContext(cctx, exe, "bench")
+	c.Env = append(os.Environ(), ChildEnv+"="+sealChild, childSealLoad+"="+string(spec))
+	var stderr strings.Builder
+	c.Stderr = &stderr
+	out, err := c.Output()
+	if err != nil {
+		return sealResult{}, fmt.Errorf("seal load child: %v\n%s", err, tail([]byte(stderr.String())))
+	}
+	var res sealResult
+	if err := json.Unmarshal(bytes.TrimSpace(out), &res); err != nil {
+		return sealResult{}, fmt.Errorf("seal load child: its output: %v\n%s", err, tail(out))
+	}
+	return res, nil
+}
+
+// runSealChild is the seal figure's child: it pushes the load its
+// environment describes, with the trainer stand-in, and prints a
+// [sealResult].
+func runSealChild(ctx context.Context, enc *json.Encoder) error {
+	var o sealLoad
+	if err := json.Unmarshal([]byte(os.Getenv(childSealLoad)), &o); err != nil {
+		return fmt.Errorf("%s: %w", childSealLoad, err)
+	}
+	var mu sync.Mutex
+	acked := map[projections.LogPosition]time.Time{}
+	so := simulate.Options{URL: o.URL, Seed: o.Seed, Tasks: o.Tasks, Steps: o.Steps, BatchGroups: o.BatchGroups,
+		Rate: o.Rate, Tokens: o.Tokens, Trainer: true}
+	so.OnAck = func(acks []simulate.Ack) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, a := range acks {
+			acked[projections.LogPosition{Partition: a.Partition, Offset: a.Offset}] = a.At
+		}
+	}
+	res, err := simulate.Run(ctx, so)
+	if err != nil {
+		return err
+	}
+	out := sealResult{Steps: len(res.Steps), Events: res.Events, Seconds: res.Duration.Seconds()}
+	for _, st := range res.Steps {
+		if at, ok := acked[st.Watermark]; ok {
+			out.LatenciesMS = append(out.LatenciesMS, float64(st.Received.Sub(at).Microseconds())/1000)
+		}
+	}
+	return enc.Encode(out)
 }
