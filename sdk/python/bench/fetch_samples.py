@@ -85,6 +85,9 @@ def measure(url: str, run: str, seq: int = 1, repeats: int = 3) -> dict:
             sizes[fmt] = len(ledger._get(path, accept=media).body)
         t_nd, nd = _best(lambda: ledger.samples(run, seq, format="ndjson"), repeats)
         t_ar, ar = _best(lambda: ledger.samples(run, seq, format="arrow"), repeats)
+        # Whether the Arrow arrays are views of the body as read (one
+        # record batch) or joined into new arrays (several).
+        views = not getattr(ar, "_copied", True)
     for name in COLUMNS:
         if not np.array_equal(getattr(nd, name), getattr(ar, name)):
             raise AssertionError(f"the NDJSON and Arrow samples differ in {name}")
@@ -104,7 +107,8 @@ def measure(url: str, run: str, seq: int = 1, repeats: int = 3) -> dict:
     return {
         "run": run, "seq": seq, "samples": len(ar), "tokens": n, "repeats": repeats,
         "ndjson": {"seconds": t_nd, "tokens_per_s": rate(t_nd), "bytes": sizes["ndjson"], "bytes_per_token": sizes["ndjson"] / max(n, 1)},
-        "arrow": {"seconds": t_ar, "tokens_per_s": rate(t_ar), "bytes": sizes["arrow"], "bytes_per_token": sizes["arrow"] / max(n, 1)},
+        "arrow": {"seconds": t_ar, "tokens_per_s": rate(t_ar), "bytes": sizes["arrow"], "bytes_per_token": sizes["arrow"] / max(n, 1),
+                  "views": views},
         "np_load_npy": {"seconds": t_npy, "tokens_per_s": rate(t_npy), "bytes": npy_bytes},
         "np_load_npz": {"seconds": t_npz, "tokens_per_s": rate(t_npz), "bytes": npz_bytes},
         "arrow_over_np_load": t_npy / t_ar if t_ar > 0 else None,

@@ -104,6 +104,9 @@ type fetchResult struct {
 	Arrow  struct {
 		TokensPerS float64 `json:"tokens_per_s"`
 		Bytes      int64   `json:"bytes"`
+		// Views says the arrays are views of the body as read (one
+		// record batch), not joined into new arrays.
+		Views bool `json:"views"`
 	} `json:"arrow"`
 	NDJSON struct {
 		TokensPerS float64 `json:"tokens_per_s"`
@@ -199,8 +202,12 @@ func tokenFetchFigures(ctx context.Context, e *env) ([]*Figure, error) {
 		ndjson.Runs = append(ndjson.Runs, res.NDJSON.TokensPerS/1e6)
 		npy.Runs = append(npy.Runs, res.NPY.TokensPerS/1e6)
 	}
-	fetch.Note = fmt.Sprintf("a batch of %s groups of 8 attempts of %s completion tokens (%d tokens, %d B of Arrow IPC) fetched with Ledger.samples(format='arrow') into NumPy arrays, best of 3 per run, from the in-process stack on loopback; the server streams it as record batches read from the stored chunks",
-		groups, tokens, res.Tokens, res.Arrow.Bytes)
+	how := "views of the one buffer the body was read into"
+	if !res.Arrow.Views {
+		how = "joined from several record batches into new arrays"
+	}
+	fetch.Note = fmt.Sprintf("a batch of %s groups of 8 attempts of %s completion tokens (%d tokens, %d B of Arrow IPC) fetched with Ledger.samples(format='arrow') into NumPy arrays (%s), best of 3 per run, from the in-process stack on loopback; the server sends the Arrow body the projector wrote at seal, with its Content-Length",
+		groups, tokens, res.Tokens, res.Arrow.Bytes, how)
 	ndjson.Note = "the same batch as NDJSON, parsed by the SDK into the same arrays"
 	npy.Note = "np.load of the same five arrays (token_ids, loss_mask, rollout_logprobs, policy_versions, offsets) from .npy files in a temporary directory (page cache), best of 3"
 	fetch.link = func(map[string]*Figure) { fetch.against(npy, 0.5, ">= 50% of np.load") }

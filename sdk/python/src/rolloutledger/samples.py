@@ -10,13 +10,17 @@ observation tokens) and the policy version that generated it; the sample
 carries its attempt's advantage.
 
 The samples arrive as Apache Arrow IPC when pyarrow is installed
-(``pip install rolloutledger[arrow]``), else as NDJSON. From Arrow a
-small batch's arrays are views of the response's memory, reached without a
-copy (read-only arrays; copy one with ``np.array(x)`` to write to it); a
-large batch comes as several record batches, streamed as the server reads
-them, and each column is joined once into one contiguous array. A :class:`SampleBatch` holds the batch's
-columns flat, end to end, with ``offsets`` marking where each sample
-starts; a :class:`Sample` is a view of its slice.
+(``pip install rolloutledger[arrow]``), else as NDJSON. The server sends a
+batch's Arrow body, written once when the batch was sealed, as one record
+batch with its Content-Length (docs/design.md section 15.3): the client
+reads it into one buffer allocated once, and every array is a view of that
+buffer, reached without a copy (read-only arrays; copy one with
+``np.array(x)`` to write to it); ``to_torch()`` hands out tensors sharing
+the same memory. A body of several record batches (a batch past 2^26
+tokens, or an older server, which split large batches) has each column
+joined once into one contiguous array. A :class:`SampleBatch` holds the
+batch's columns flat, end to end, with ``offsets`` marking where each
+sample starts; a :class:`Sample` is a view of its slice.
 
 The batch digest covers the manifest and the samples in a canonical binary
 form (docs/design.md section 7.4), which :meth:`SampleBatch.canonical_chunks`
@@ -139,7 +143,9 @@ class SampleBatch(Sequence[Sample]):
     ``groups``, ``attempts``, ``segments`` and ``sample_advantages``;
     ``temperatures`` (float32, each token's sampling temperature) from rule
     version 4 on, else None.
-    ``source`` says how they arrived: "arrow" or "ndjson"."""
+    ``source`` says how they arrived: "arrow" or "ndjson"; ``body`` is the
+    response's memory the arrays are views of (an Arrow body of one record
+    batch), None when they own their memory."""
 
     def __init__(self, samples: list[Sample] | None = None, *, columns: dict[str, Any] | None = None,
                  source: str = "ndjson"):
@@ -195,6 +201,7 @@ class SampleBatch(Sequence[Sample]):
         # The NDJSON body as served, when the samples came as NDJSON: what a
         # rule version 1 batch's digest covers.
         self.raw_ndjson: bytes | None = None
+        self.body = None
 
     @property
     def samples(self) -> list[Sample]:
@@ -363,8 +370,8 @@ def parse_samples(ndjson: bytes) -> SampleBatch:
 
 def _flat(col, name):
     """A list column's values and offsets: views of the body when the
-    column is one record batch, else one copy of the values into a new
-    array (the server streams a batch as several record batches)."""
+    column is one record batch (what the server sends), else one copy of
+    the values into a new array (a body of several record batches)."""
     chunks = col.chunks
     if len(chunks) == 1:
         arr = chunks[0]
@@ -389,9 +396,9 @@ def _flat(col, name):
 def parse_arrow_samples(body) -> tuple[SampleBatch, dict[str, str]]:
     """Reads an Arrow IPC stream of samples (the answer to ``Accept:
     application/vnd.apache.arrow.stream``): a stream of one record batch
-    without copying the token columns, of several with one copy per column
-    to join them; returns the samples and the schema's metadata (run, seq,
-    digest, rule_version)."""
+    without copying the token columns (they are views of ``body``), of
+    several with one copy per column to join them; returns the samples and
+    the schema's metadata (run, seq, digest, rule_version)."""
     import pyarrow as pa  # noqa: PLC0415 - optional dependency
 
     reader = pa.ipc.open_stream(pa.py_buffer(body))
@@ -426,6 +433,8 @@ def parse_arrow_samples(body) -> tuple[SampleBatch, dict[str, str]]:
     # Whether every array was copied out of the body (it came as several
     # record batches), so the body's memory may serve again.
     batch._copied = table.num_rows == 0 or all(table.column(c).num_chunks > 1 for c in ("advantage", *_DTYPES))
+    if not batch._copied:
+        batch.body = body
     return batch, meta
 
 

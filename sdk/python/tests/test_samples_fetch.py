@@ -1,0 +1,65 @@
+"""A trainer's fetch of a batch's samples as Arrow: one body with its
+Content-Length, read into one buffer, every array a view of it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+
+TOKEN_COLUMNS = ("token_ids", "loss_mask", "rollout_logprobs", "policy_versions")
+
+
+def _span(a: np.ndarray) -> tuple[int, int]:
+    lo = a.__array_interface__["data"][0]
+    return lo, lo + a.nbytes
+
+
+def test_large_batch_arrives_as_views_of_one_buffer(ledger):
+    """A batch of 64,000 tokens (which the server used to stream as
+    several record batches, joined by the client into new arrays) comes as
+    one record batch with a Content-Length: every token column is a
+    read-only view inside the one buffer the body was read into, and the
+    arrays equal the NDJSON's."""
+    from fetch_samples import make_run
+
+    run = make_run(ledger, groups=1, attempts=2, tokens=32_000, turn_tokens=2_000)
+    path = f"/v1/runs/{run}/batches/1/samples"
+    resp = ledger._get(path, accept="application/vnd.apache.arrow.stream", large=True)
+    assert int(resp.headers["Content-Length"]) == len(resp.body)
+    assert resp.headers["ETag"]
+
+    arrow = ledger.samples(run, 1, format="arrow", verify_digest=True)
+    assert arrow.num_tokens >= 64_000 and not arrow._copied and arrow.body is not None
+    body = np.frombuffer(arrow.body, dtype=np.uint8)
+    lo, hi = _span(body)
+    for name in TOKEN_COLUMNS:
+        a = getattr(arrow, name)
+        assert not a.flags.owndata and not a.flags.writeable, f"{name} was copied"
+        start, end = _span(a)
+        assert lo <= start and end <= hi, f"{name} is not inside the response's buffer"
+
+    nd = ledger.samples(run, 1, format="ndjson")
+    for name in ("offsets", "segments", "sample_advantages", *TOKEN_COLUMNS):
+        assert np.array_equal(getattr(arrow, name), getattr(nd, name)), name
+    assert arrow.groups == nd.groups and arrow.attempts == nd.attempts
+
+
+def test_torch_tensors_share_the_body(ledger, run_id):
+    """Where torch is installed, to_torch() hands out tensors over the same
+    memory as the arrays, the loss mask as a bool view."""
+    torch = pytest.importorskip("torch")
+    from helpers import small_run_events
+
+    events, _ = small_run_events(run_id, train_groups=1)
+    ledger.post(events)
+    list(ledger.batches(run_id, max_batches=1, wait=10))
+    s = ledger.samples(run_id, 1, format="arrow")
+    t = s.to_torch()
+    for name in TOKEN_COLUMNS:
+        assert t[name].data_ptr() == _span(getattr(s, name))[0], name
+    assert t["loss_mask"].dtype == torch.bool
