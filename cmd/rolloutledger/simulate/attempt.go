@@ -62,6 +62,17 @@ func (m *model) drawAttempt(a *attempt, t *task, passProb float64) {
 	m.drawTurns(r, a, t, n, keep)
 }
 
+// turnsOf draws a's turns again: the same ones, from the attempt's own
+// stream, as drawAttempt drew and dropped them.
+func (m *model) turnsOf(a *attempt) []turn {
+	if a.turns != nil {
+		return a.turns
+	}
+	b := attempt{serial: a.serial}
+	m.drawAttempt(&b, a.group.task, a.passProb)
+	return b.turns
+}
+
 // drawTurns lays out the turns of an attempt: growing context, prefix-cache
 // hits, tool calls and their observations, compaction past the budget.
 func (m *model) drawTurns(r *rand.Rand, a *attempt, t *task, n, keep int) {

@@ -2,8 +2,11 @@
 // training run: the workload of the integration tests, the benchmarks and
 // `rolloutledger simulate`.
 //
-// [Generate] builds a whole run as a [Plan] without I/O; [Run] generates one
-// and pushes it over HTTP (`POST /v1/events`).
+// [Generate] builds a whole run as a [Plan] without I/O; [NewSource] yields
+// the same events in the same order a piece at a time, holding only the
+// run's shape and the attempts in flight, so a run of any length fits in
+// memory; [Run] generates one that way and pushes it over HTTP
+// (`POST /v1/events`) as it goes.
 //
 // # Determinism
 //

@@ -2,13 +2,10 @@ package simulate
 
 import (
 	"cmp"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/rolloutledger/rolloutledger/events"
@@ -85,35 +82,12 @@ func (m *model) emit(run string, engines int, versions []int64) *Plan {
 	}
 
 	cfg := m.config()
-	em.add(sched, 0, scheduler, &events.RunStarted{
-		Config: events.RunConfig{
-			GroupSize: &cfg.GroupSize, BatchGroups: &cfg.BatchGroups, MinGroup: &cfg.MinGroup,
-			MaxStaleness: &cfg.MaxStaleness, PassBand: cfg.PassBand[:], MinProbes: &cfg.MinProbes,
-			EnforceAdmission: &cfg.EnforceAdmission, PartialCreditCap: &cfg.PartialCreditCap,
-			EfficiencyWeight: &cfg.EfficiencyWeight, Advantage: &cfg.Advantage,
-		},
-		Model:   modelName,
-		Harness: harnessName,
-		Notes: fmt.Sprintf("synthetic FireFlash-shaped run, seed %d: %d tasks, %d steps of %d groups of %d, %d engines",
-			m.seed, m.o.Tasks, m.o.Steps, m.o.BatchGroups, m.o.GroupSize, engines),
-	})
+	em.add(sched, 0, scheduler, m.runStarted(cfg, engines))
 	for _, t := range m.tasks {
-		gates := make([]events.Gate, len(gateNames))
-		for i, name := range gateNames {
-			gates[i] = events.Gate{Name: name, Passed: true}
-		}
-		tr := &events.TaskRegistered{Task: t.id, Source: t.source, Kind: t.kind, Tier: t.tier, Gates: gates}
-		if m.o.Text {
-			tr.Prompt, tr.PromptCut = taskPrompt(t, m.seed)
-		}
-		em.add(sched, 0, scheduler, tr)
+		em.add(sched, 0, scheduler, m.taskRegistered(t))
 	}
 	for v, at := range versions {
-		sum := sha256.Sum256([]byte("rolloutledger-sim/" + strconv.FormatUint(m.seed, 10) + "/" + strconv.Itoa(v)))
-		em.add(tr, at, trainer, &events.PolicyPublished{
-			Version: int64(v), Checkpoint: fmt.Sprintf("ckpt/step-%d", v),
-			Digest: "sha256:" + hex.EncodeToString(sum[:]), Precision: "fp8",
-		})
+		em.add(tr, at, trainer, policyPublished(m.seed, v))
 	}
 	for _, g := range m.groups {
 		if !g.dispatched {
@@ -167,8 +141,9 @@ func (m *model) emitAttempt(em *emitter, a *attempt, stream int, engine string, 
 	if m.o.Text {
 		txt = m.textStream(a)
 	}
-	for i := range a.turns {
-		tr := &a.turns[i]
+	turns := m.turnsOf(a)
+	for i := range turns {
+		tr := &turns[i]
 		at := a.start + tr.start
 		te := &events.TurnGenerated{
 			Attempt: a.id, Turn: i, VersionSegments: m.turnSegments(versions, at, tr),

@@ -98,8 +98,14 @@ type attempt struct {
 	outcome     string
 	testsPassed int
 	verifyMS    int64
-	turns       []turn
-	duration    int64 // from attempt.started to attempt.finished or attempt.failed
+	// turns are dropped once the attempt is drawn (they are most of a
+	// plan's memory) and drawn again from the attempt's own stream when
+	// needed: turnsOf.
+	turns    []turn
+	passProb float64 // what the attempt was drawn with, to draw it again
+	duration int64   // from attempt.started to attempt.finished or attempt.failed
+	// rank is the attempt's place in emission order (groups, slots, retries).
+	rank int
 
 	// Timeline.
 	engine int
@@ -264,6 +270,7 @@ func (m *model) newGroup(t *task, purpose string, size int, passProb float64, cf
 				a.retryOf = chain[try-1].id
 			}
 			m.drawAttempt(a, t, passProb)
+			a.passProb, a.turns = passProb, nil
 			chain = append(chain, a)
 			if !a.failed {
 				break

@@ -123,9 +123,3 @@ func (p *Plan) order() []eventRef {
 	})
 	return refs
 }
-
-// dropStream removes a producer's stream, for when a live stand-in
-// produces its facts instead.
-func (p *Plan) dropStream(producer string) {
-	p.Streams = slices.DeleteFunc(p.Streams, func(s Stream) bool { return s.Producer == producer })
-}

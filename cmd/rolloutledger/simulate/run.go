@@ -3,8 +3,10 @@ package simulate
 import (
 	"context"
 	"fmt"
+	"iter"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -49,14 +51,14 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if run == "" {
 		run = fmt.Sprintf("sim-%d-%08x", o.Seed, rand.Uint32())
 	}
-	plan, err := Generate(o, run)
+	// Generated as it is pushed: a run of any length in flat memory.
+	src, err := NewSource(o, run)
 	if err != nil {
 		return Result{Run: run}, err
 	}
 	if !o.Trainer {
-		return Push(ctx, o, plan)
+		return pushSource(ctx, o, src, nil)
 	}
-	plan.dropStream(trainer)
 	pushed := make(chan struct{})
 	var published, acknowledged atomic.Int64
 	type trained struct {
@@ -72,7 +74,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		})
 		done <- trained{steps, err}
 	}()
-	res, err := push(ctx, o, plan, &published)
+	res, err := pushSource(ctx, o, src, &published)
 	acknowledged.Store(int64(res.Events))
 	close(pushed)
 	t := <-done
@@ -189,6 +191,12 @@ func windows(p *Plan, size int, byVersion bool) [][]unit {
 }
 
 func (p *pusher) pushPlan(ctx context.Context, plan *Plan) error {
+	return p.pushWindows(ctx, slices.Values(windows(plan, windowSize(p.o, plan), p.published != nil)))
+}
+
+// pushWindows sends each window's units with the workers, a window once
+// the previous one is acknowledged.
+func (p *pusher) pushWindows(ctx context.Context, wins iter.Seq[[]unit]) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	units := make(chan unit)
@@ -210,9 +218,9 @@ func (p *pusher) pushPlan(ctx context.Context, plan *Plan) error {
 		close(units)
 		workers.Wait()
 	}()
-	wins := windows(plan, windowSize(p.o, plan), p.published != nil)
-	start, released := time.Now(), 0
-	for i, w := range wins {
+	start, released, i := time.Now(), 0, 0
+	for w := range wins {
+		i++
 		if err := p.pace(ctx, w); err != nil {
 			return err
 		}
@@ -235,7 +243,7 @@ func (p *pusher) pushPlan(ctx context.Context, plan *Plan) error {
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
-		p.o.Logger.Debug("simulate: window acknowledged", "window", i+1, "of", len(wins), "events", p.events.Load())
+		p.o.Logger.Debug("simulate: window acknowledged", "window", i, "events", p.events.Load())
 	}
 	return nil
 }

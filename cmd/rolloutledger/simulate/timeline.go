@@ -203,9 +203,10 @@ func (m *model) publish() []int64 {
 		trains := false
 		for _, chain := range g.slots {
 			a := chain[len(chain)-1]
-			for i := range a.turns {
+			turns := m.turnsOf(a)
+			for i := range turns {
 				// The turn's newest segment is its least stale.
-				segs := m.turnSegments(versions, a.start+a.turns[i].start, &a.turns[i])
+				segs := m.turnSegments(versions, a.start+turns[i].start, &turns[i])
 				s := int64(k-1) - segs[len(segs)-1].PolicyVersion
 				trains = trains || s >= 0 && s <= int64(cfg.MaxStaleness)
 			}

@@ -1,12 +1,15 @@
 package cli
 
 import (
+	"bufio"
 	"fmt"
+	"math/rand/v2"
 	"os"
 
 	"github.com/spf13/cobra"
 
 	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
+	"github.com/rolloutledger/rolloutledger/events"
 )
 
 // simFlags are the simulator's scale flags, shared by simulate and demo.
@@ -56,6 +59,8 @@ func newSimulateCmd(g *globals) *cobra.Command {
 	}
 	var url string
 	cmd.Flags().StringVar(&url, "url", "http://127.0.0.1:7070", "base URL of the ledger")
+	var write string
+	cmd.Flags().StringVar(&write, "write", "", "write the run's facts to this file as NDJSON (one canonical record a line; - for stdout) instead of pushing them; generated as written, in flat memory")
 	sf := addSimFlags(cmd, simulate.Options{Seed: 1, Text: true})
 	// The simulator writes the trainer's facts as well as the rollout side's,
 	// so against a ledger with tokens it needs an admin token.
@@ -70,6 +75,9 @@ func newSimulateCmd(g *globals) *cobra.Command {
 			o.Token = os.Getenv("ROLLOUTLEDGER_TOKEN")
 		}
 		o.URL, o.Logger = url, log
+		if write != "" {
+			return writeSimulated(g, o, write)
+		}
 		res, err := simulate.Run(cmd.Context(), o)
 		if err != nil {
 			return err
@@ -83,4 +91,52 @@ func newSimulateCmd(g *globals) *cobra.Command {
 		return nil
 	}
 	return cmd
+}
+
+// writeSimulated writes the run o describes to path (- for stdout) as
+// NDJSON, generating it as it goes, and prints the run id.
+func writeSimulated(g *globals, o simulate.Options, path string) error {
+	run := o.Run
+	if run == "" {
+		run = fmt.Sprintf("sim-%d-%08x", o.Seed, rand.Uint32())
+	}
+	src, err := simulate.NewSource(o, run)
+	if err != nil {
+		return err
+	}
+	out := g.stdout
+	var f *os.File
+	if path != "-" {
+		if f, err = os.Create(path); err != nil {
+			return err
+		}
+		defer f.Close()
+		out = f
+	}
+	w := bufio.NewWriterSize(out, 1<<20)
+	n := 0
+	for ev := range src.Events() {
+		b, err := events.Encode(ev)
+		if err != nil {
+			return err
+		}
+		w.Write(b)
+		if err := w.WriteByte('\n'); err != nil {
+			return fmt.Errorf("simulate: write %s: %w", path, err)
+		}
+		n++
+	}
+	if err := w.Flush(); err != nil {
+		return fmt.Errorf("simulate: write %s: %w", path, err)
+	}
+	if f != nil {
+		if err := f.Close(); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(g.stderr, "simulated run %s: %d facts written to %s\n", run, n, path)
+	if path != "-" {
+		fmt.Fprintln(g.stdout, run)
+	}
+	return nil
 }
