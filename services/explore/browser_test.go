@@ -703,7 +703,7 @@ func TestExplorerInChromium(t *testing.T) {
 	})
 
 	if dir := os.Getenv("RL_EXPLORER_DOCS"); dir != "" {
-		for _, name := range []string{"run", "step", "group", "attempt"} {
+		for _, name := range []string{"run", "step", "attempt"} { // group.png: TestExplorerResearcher's group of 8
 			if p := shots[name]; p != "" {
 				b, err := os.ReadFile(p)
 				if err == nil {

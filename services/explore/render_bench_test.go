@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -47,7 +48,9 @@ func bigRunView(steps int) explore.RunView {
 			PassRate: float64(20+k%20) / 64, TokensPerSolve: 10000 + float64(k%500)*10, MaskedTokenFraction: float64(k%10) / 100,
 			ZeroSignalRate: float64(k%3) / 10, InfraLostRate: float64(k%2) / 100, Dropped: projections.NamedCounts{{Name: "zero_signal", N: k % 3}},
 			Staleness: hist(0), InFlight: hist(1), InQueue: hist(2), Trained: true, Loss: 1 / float64(k), TruncatedFraction: 0.02}
-		v.Steps = append(v.Steps, explore.Step{StepAudit: st, Funnel: explore.Funnel{Registered: 1000, Probed: 900, Admitted: 400 + k/10, Rejected: 300}})
+		mean, gn := float64(k%50)/50, 1+float64(k%7)/10
+		v.Steps = append(v.Steps, explore.Step{StepAudit: st, Funnel: explore.Funnel{Registered: 1000, Probed: 900, Admitted: 400 + k/10, Rejected: 300},
+			MeanReward: &mean, Reward: &explore.Spread{Min: -0.2, Q1: mean / 2, Median: mean, Q3: mean + 0.2, Max: 1.05}, GradNorm: &gn, TrainedStaleness: hist(3)})
 	}
 	return v
 }
@@ -73,6 +76,41 @@ func bigAttempt(turns, tokensPerTurn int) explore.AttemptView {
 			t.Logprobs = append(t.Logprobs, -float32(j%17)/10)
 		}
 		v.TurnList = append(v.TurnList, t)
+	}
+	return v
+}
+
+// bigGroup is a group of 8 attempts of turns turns each, as the group view
+// and the side-by-side view answer it: texts of some hundred words that
+// differ from attempt to attempt, a tool call a turn.
+func bigGroup(turns int) (explore.GroupView, explore.SideView) {
+	g := explore.GroupView{Group: "g", Task: "t", Purpose: "train", Size: 8, State: "in_batch", Batch: 3, Slots: 8}
+	side := explore.SideView{Group: "g", Task: "t", State: "in_batch"}
+	words := strings.Fields("the tests for parse cover the happy path only so the regression must be elsewhere and I will look at how load_config is called before changing anything")
+	for a := range 8 {
+		id := "g/a" + strconv.Itoa(a)
+		row := explore.AttemptRow{Attempt: id, Group: "g", Task: "t", Purpose: "train", Slot: a, Outcome: "submitted", Turns: turns, Batch: 3}
+		g.Attempts = append(g.Attempts, row)
+		sa := explore.SideAttempt{AttemptRow: row}
+		for n := range turns {
+			var text []string
+			for w := range 120 {
+				text = append(text, words[(w*(a%3+1)+n)%len(words)])
+			}
+			sa.TurnList = append(sa.TurnList, explore.SideTurn{Turn: n, Text: strings.Join(text, " "), Finish: "tool_call", CompletionTokens: 300,
+				Tools: []events.ToolCalled{{Attempt: id, Turn: n, Tool: "bash", Input: "pytest -q tests/test_" + words[(n+a)%len(words)] + ".py", Output: "ok"}}})
+		}
+		side.Attempts = append(side.Attempts, sa)
+	}
+	return g, side
+}
+
+// bigSearch is a page of hits of a search.
+func bigSearch(hits int) explore.SearchView {
+	v := explore.SearchView{Query: "apply_patch", Attempts: 16893, Searched: 4000, Next: "4000.3.1", Stopped: "hits"}
+	for i := range hits {
+		v.Hits = append(v.Hits, explore.SearchHit{Attempt: "g" + strconv.Itoa(i) + "/a", Group: "g" + strconv.Itoa(i), Task: "t", Turn: i % 30, Field: "tool_input",
+			Tool: "apply_patch", Offset: 40, Matches: 2, Before: strings.Repeat("context ", 7), Match: "apply_patch", After: strings.Repeat(" more", 12)})
 	}
 	return v
 }
@@ -114,14 +152,33 @@ type timings struct {
 
 func BenchmarkRender(b *testing.B) {
 	chromiumPath(b)
-	srv := fixtureServer(b, map[string]any{
-		"/v1/runs/big/explore":              bigRunView(1000),
-		"/v1/runs/big/explore/attempts/g/a": bigAttempt(200, 500),
-	})
+	group, side := bigGroup(50)
+	next := bigAttempt(50, 500)
+	next.Attempt, next.PrevAttempt = "g/b", "g/a"
+	first := bigAttempt(200, 500)
+	first.NextAttempt = "g/b"
+	data := map[string]any{
+		"/v1/runs/big/explore":                bigRunView(1000),
+		"/v1/runs/big/explore/attempts/g/a":   first,
+		"/v1/runs/big/explore/attempts/g/b":   next,
+		"/v1/runs/big/explore/groups/g":       group,
+		"/v1/runs/big/explore/side-by-side/g": side,
+		"/v1/runs/big/explore/search":         bigSearch(200),
+		"/v1/explore/runs":                    map[string]any{"runs": []explore.RunSummary{}},
+	}
+	for _, r := range []string{"big2", "big3", "big4"} {
+		v := bigRunView(1000)
+		v.Run = r
+		data["/v1/runs/"+r+"/explore"] = v
+	}
+	srv := fixtureServer(b, data)
 	br := newBrowser(b)
 	for _, c := range []struct{ name, hash, view string }{
 		{"run-view-1000-steps", "#/runs/big", "run"},
 		{"attempt-200-turns-100k-tokens", "#/runs/big/attempts/g%2Fa", "attempt"},
+		{"group-8-side-by-side-50-turns", "#/runs/big/groups/g?turns=all", "group"},
+		{"search-200-hits", "#/runs/big/search?q=apply_patch", "search"},
+		{"compare-4-runs-1000-steps", "#/compare?runs=big,big2,big3,big4", "compare"},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			br.t = b
@@ -156,6 +213,31 @@ func BenchmarkRender(b *testing.B) {
 			br.checkClean(srv.URL + "/")
 		})
 	}
+	// Navigation in the open page: n from an attempt of 200 turns to the
+	// next of 50, measured from the key to the next attempt drawn.
+	b.Run("nav-next-attempt", func(b *testing.B) {
+		br.t = b
+		var fetch, first, full, wall float64
+		for range b.N {
+			br.open(srv.URL+"/ui/index.html?poll=600000#/runs/big/attempts/g%2Fa", "attempt")
+			n := br.waitView("attempt", 0)
+			start := time.Now()
+			br.run(chromedp.KeyEvent("n"))
+			br.waitView("attempt", n)
+			wall += float64(time.Since(start).Microseconds()) / 1000
+			var t timings
+			br.run(chromedp.Evaluate(`RL.timings`, &t))
+			fetch += t.Fetch
+			first += t.First
+			full += t.Full
+		}
+		n := float64(b.N)
+		b.ReportMetric(fetch/n, "fetch-ms")
+		b.ReportMetric(first/n, "first-ms")
+		b.ReportMetric(full/n, "full-ms")
+		b.ReportMetric(wall/n, "key-to-ready-ms")
+		br.checkClean(srv.URL + "/")
+	})
 }
 
 // scrollJS scrolls the page from top to bottom one screen per frame and

@@ -356,30 +356,46 @@ addEventListener("keydown", (e) => {
 });
 
 // ---- a turn-by-turn diff of two texts, by words ----
-const words = (s) => String(s || "").match(/\s+|[^\s]+/g) || [];
+// words splits a text into words, each with the blanks after it.
+const words = (s) => String(s || "").match(/\s+|\S+\s*/g) || [];
+let lcsBuf = new Uint16Array(0);
 // diffHTML writes b with the words that are not in a marked <ins>: by a
-// longest common subsequence of words, or, for texts too long for one,
-// what lies between their common start and end.
+// longest common subsequence of words (their common start and end set
+// aside first), or, for texts too long for one, what lies between their
+// common start and end.
 function diffHTML(a, b) {
   if (a === b) return esc(b);
-  const A = words(a), B = words(b), n = A.length, m = B.length;
-  const out = [];
-  const push = (w, ins) => { const last = out[out.length - 1]; if (last && last[1] === ins) last[0] += w; else out.push([w, ins]); };
-  if (n * m > 60000) {
-    let i = 0;
-    while (i < n && i < m && A[i] === B[i]) i++;
-    let j = 0;
-    while (j < n - i && j < m - i && A[n - 1 - j] === B[m - 1 - j]) j++;
-    push(B.slice(0, i).join(""), false); push(B.slice(i, m - j).join(""), true); push(B.slice(m - j).join(""), false);
+  const A = words(a), B = words(b);
+  let pre = 0;
+  while (pre < A.length && pre < B.length && A[pre] === B[pre]) pre++;
+  let suf = 0;
+  while (suf < A.length - pre && suf < B.length - pre && A[A.length - 1 - suf] === B[B.length - 1 - suf]) suf++;
+  const out = [[B.slice(0, pre).join(""), false]];
+  const push = (w, ins) => { const last = out[out.length - 1]; if (last[1] === ins) last[0] += w; else out.push([w, ins]); };
+  const n = A.length - pre - suf, m = B.length - pre - suf;
+  if (n * m > 250000) {
+    push(B.slice(pre, pre + m).join(""), true);
   } else {
-    const L = Array.from({ length: n + 1 }, () => new Uint16Array(m + 1));
-    for (let i = n - 1; i >= 0; i--) for (let j = m - 1; j >= 0; j--) L[i][j] = A[i] === B[j] ? L[i + 1][j + 1] + 1 : Math.max(L[i + 1][j], L[i][j + 1]);
+    // Words as numbers, so the table compares integers.
+    const ids = new Map();
+    const id = (w) => { let x = ids.get(w); if (x === undefined) ids.set(w, (x = ids.size)); return x; };
+    const X = Int32Array.from(A.slice(pre, pre + n), id), Y = Int32Array.from(B.slice(pre, pre + m), id);
+    const w = m + 1;
+    if (lcsBuf.length < (n + 1) * w) lcsBuf = new Uint16Array((n + 1) * w);
+    const L = lcsBuf;
+    for (let j = 0; j <= m; j++) L[n * w + j] = 0;
+    for (let i = n - 1; i >= 0; i--) {
+      const r = i * w, r1 = r + w;
+      L[r + m] = 0;
+      for (let j = m - 1; j >= 0; j--) L[r + j] = X[i] === Y[j] ? L[r1 + j + 1] + 1 : Math.max(L[r1 + j], L[r + j + 1]);
+    }
     let i = 0, j = 0;
     while (j < m) {
-      if (i < n && A[i] === B[j]) { push(B[j], false); i++; j++; } else if (i < n && L[i + 1][j] >= L[i][j + 1]) i++; else { push(B[j], !/^\s+$/.test(B[j])); j++; }
+      if (i < n && X[i] === Y[j]) { push(B[pre + j], false); i++; j++; } else if (i < n && L[(i + 1) * w + j] >= L[i * w + j + 1]) i++; else { push(B[pre + j], true); j++; }
     }
   }
-  return out.map(([w, ins]) => (ins && w ? `<ins>${esc(w)}</ins>` : esc(w))).join("");
+  push(B.slice(B.length - suf).join(""), false);
+  return out.map(([t, ins]) => (ins && t ? `<ins>${esc(t)}</ins>` : esc(t))).join("");
 }
 
 // ---- compare runs: picked on the runs list, kept for the tab ----
