@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"slices"
 
 	json "github.com/segmentio/encoding/json"
 
@@ -39,15 +38,24 @@ type Run struct {
 	// Decisions counts the decisions the fold concluded, by kind.
 	Decisions projections.DecisionCounts
 
-	Attempts  []*Attempt
-	Turns     []*Turn
-	ToolCalls []*ToolCall
-	Batches   []*Batch
+	// Attempts are in memory, one small entry each; the turns and tool
+	// calls wait on disk (rows.go) and are read back by the writers.
+	Attempts []*Attempt
+	Batches  []*Batch
 	// Tasks are the tasks registered, in the order of their first
 	// task.registered, with the admission the fold decided for each.
 	Tasks []*Task
 
 	tasks map[string]*Task
+	// rows holds the turns, tool calls and judgements (rows.go); forTables
+	// and forTrajectories say which of their keys Build wrote.
+	rows                       *rowStore
+	forTables, forTrajectories bool
+	// attempts are the attempts by id, also those mentioned before (or
+	// without) their attempt.started; dropped the reason each dropped
+	// group was dropped for.
+	attempts map[string]*Attempt
+	dropped  map[string]string
 	// spill holds, one after another, the turns' and tool calls' text, the
 	// batches' canonical samples when Options.Samples keeps them and the
 	// turns' token arrays when Options.Tokens does: on disk, so that a
@@ -63,8 +71,8 @@ type Run struct {
 
 // spilled places a value in a run's spill file.
 type spilled struct {
-	at int64
-	n  int32
+	At int64 `json:"a,omitempty"`
+	N  int32 `json:"n,omitempty"`
 }
 
 // spillText appends s to the run's spill file; "" takes no room.
@@ -73,7 +81,7 @@ func (r *Run) spillText(s string) (spilled, error) {
 		return spilled{}, nil
 	}
 	at, err := r.spillBytes([]byte(s))
-	return spilled{at: at, n: int32(len(s))}, err
+	return spilled{At: at, N: int32(len(s))}, err
 }
 
 // textWindow is how much of the spill file a text read brings in at once.
@@ -82,13 +90,13 @@ const textWindow = 1 << 20
 // textOf reads a text back. A read error gives "" and is kept in spillErr,
 // which the writers check before they keep a file (Run.Err).
 func (r *Run) textOf(x spilled) string {
-	if x.n == 0 || r.spill == nil {
+	if x.N == 0 || r.spill == nil {
 		return ""
 	}
-	end := x.at + int64(x.n)
-	if x.at < r.winAt || end > r.winAt+int64(len(r.win)) {
-		n := min(max(int64(textWindow), int64(x.n)), r.spillSize-x.at)
-		win, err := r.readSpill(x.at, int(n), r.win)
+	end := x.At + int64(x.N)
+	if x.At < r.winAt || end > r.winAt+int64(len(r.win)) {
+		n := min(max(int64(textWindow), int64(x.N)), r.spillSize-x.At)
+		win, err := r.readSpill(x.At, int(n), r.win)
 		if err != nil {
 			r.win, r.winAt = r.win[:0], 0
 			if r.spillErr == nil {
@@ -96,9 +104,9 @@ func (r *Run) textOf(x spilled) string {
 			}
 			return ""
 		}
-		r.win, r.winAt = win, x.at
+		r.win, r.winAt = win, x.At
 	}
-	return string(r.win[x.at-r.winAt : end-r.winAt])
+	return string(r.win[x.At-r.winAt : end-r.winAt])
 }
 
 // TextOf is a turn's text ("" when the fact carried none).
@@ -138,10 +146,17 @@ func (r *Run) readSpill(at int64, n int, buf []byte) ([]byte, error) {
 // calls' text, the batches' samples, the turns' tokens. The rows' other
 // columns stay readable; those read back empty.
 func (r *Run) Close() error {
-	if r.spill == nil {
-		return nil
+	var err error
+	if r.rows != nil {
+		err = r.rows.close()
+		r.rows = nil
 	}
-	err := r.spill.Close()
+	if r.spill == nil {
+		return err
+	}
+	if cerr := r.spill.Close(); err == nil {
+		err = cerr
+	}
 	if rerr := os.Remove(r.spill.Name()); err == nil {
 		err = rerr
 	}
@@ -228,6 +243,8 @@ type Attempt struct {
 	// DropReason is the reason its train group was dropped, "" when not.
 	DropReason string
 
+	// turns and calls are its turns and tool calls while its trajectory
+	// is written (Run.trajectories), nil otherwise.
 	turns []*Turn
 	calls []*ToolCall
 }
@@ -320,11 +337,6 @@ func (r *Run) Prompt(taskID string) (string, int64) {
 	return "", 0
 }
 
-// TurnsOf is an attempt's turns by turn index (then log order), and
-// CallsOf its tool calls by turn and call.
-func (a *Attempt) TurnsOf() []*Turn     { return a.turns }
-func (a *Attempt) CallsOf() []*ToolCall { return a.calls }
-
 // Options tune [Build].
 type Options struct {
 	// OnFact, when set, is called after each fact is folded: progress.
@@ -339,7 +351,20 @@ type Options struct {
 	// Samples keeps each batch's samples, on disk until Run.Close (the
 	// tables carry them; the trajectory formats do not).
 	Samples bool
+
+	// rows says which rows Build keeps for the writers; zero keeps both.
+	rows rowKinds
 }
+
+// rowKinds are the rows Build keeps: for the tables, in log order, and
+// for the trajectories, by attempt.
+type rowKinds int
+
+const (
+	rowsForAll rowKinds = iota
+	rowsForTables
+	rowsForTrajectories
+)
 
 // Build folds src's facts with the projection rules (the replay fold) and
 // collects its tables. Facts that do not decode, and facts whose id was
@@ -351,6 +376,12 @@ func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 		return nil, fmt.Errorf("dataset: spill of run %s: %w", r.Run, err)
 	}
 	r.spill = f
+	if r.rows, err = openRowStore(o.ScratchDir); err != nil {
+		r.Close()
+		return nil, err
+	}
+	r.forTables, r.forTrajectories = o.rows != rowsForTrajectories, o.rows != rowsForTables
+	r.attempts, r.dropped = map[string]*Attempt{}, map[string]string{}
 	interned := map[string]string{}
 	intern := func(s string) string {
 		if v, ok := interned[s]; ok {
@@ -365,19 +396,8 @@ func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 			r.Close()
 		}
 	}()
-	attempts := map[string]*Attempt{}
-	pending := map[string]*Attempt{} // mentioned before (or without) attempt.started
-	attemptOf := func(id string) *Attempt {
-		if a := attempts[id]; a != nil {
-			return a
-		}
-		if pending[id] == nil {
-			pending[id] = &Attempt{Attempt: id}
-		}
-		return pending[id]
-	}
+	attemptOf := r.attemptOf
 	purposes := map[string]string{}
-	turnAt := map[projections.LogPosition]*Turn{}
 	batchOf := map[int64]*Batch{}
 	var steps []*events.GradientApplied
 	collect := func(f replay.Fact, ds []projections.Decision) error {
@@ -413,16 +433,11 @@ func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 				purposes[d.Group] = d.Purpose
 			}
 		case *events.AttemptStarted:
-			if attempts[d.Attempt] != nil {
+			a := attemptOf(d.Attempt)
+			if a.Seq != 0 {
 				return nil
 			}
-			a := pending[d.Attempt]
-			if a == nil {
-				a = &Attempt{Attempt: d.Attempt}
-			}
-			delete(pending, d.Attempt)
-			a.Seq, a.Group, a.Task, a.Engine, a.RetryOf = f.Seq, d.Group, d.Task, d.Engine, d.RetryOf
-			attempts[d.Attempt] = a
+			a.Seq, a.Group, a.Task, a.Engine, a.RetryOf = f.Seq, d.Group, intern(d.Task), d.Engine, d.RetryOf
 			r.Attempts = append(r.Attempts, a)
 		case *events.TurnGenerated:
 			a := attemptOf(d.Attempt)
@@ -444,9 +459,9 @@ func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 				t.SegmentStarts = append(t.SegmentStarts, s.Start)
 				t.SegmentVersions = append(t.SegmentVersions, s.PolicyVersion)
 			}
-			r.Turns = append(r.Turns, t)
-			turnAt[projections.LogPosition{Partition: f.Partition, Offset: f.Offset}] = t
-			a.turns = append(a.turns, t)
+			if err := r.putTurn(t); err != nil {
+				return err
+			}
 			a.Turns++
 			a.CompletionTokens += d.CompletionTokens
 			a.PromptTokens += d.PromptTokens
@@ -465,8 +480,9 @@ func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 				return err
 			}
 			c.input, c.output = input, output
-			r.ToolCalls = append(r.ToolCalls, c)
-			a.calls = append(a.calls, c)
+			if err := r.putCall(c); err != nil {
+				return err
+			}
 		case *events.AttemptFinished:
 			if a := attemptOf(d.Attempt); a.Outcome == "" {
 				a.Outcome = d.Outcome
@@ -501,7 +517,14 @@ func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 			b.Step = g
 		}
 	}
-	r.join(attempts, purposes, turnAt)
+	for _, a := range r.Attempts {
+		a.Purpose = purposes[a.Group]
+		a.DropReason = r.dropped[a.Group]
+	}
+	r.attempts, r.dropped = nil, nil
+	if err := r.rows.flush(); err != nil {
+		return nil, err
+	}
 	built = true
 	return r, nil
 }
@@ -579,6 +602,10 @@ func (r *Run) decisions(f replay.Fact, ds []projections.Decision, batchOf map[in
 			}
 			b.samplesAt, b.samplesLen = at, len(d.Samples)
 		}
+		if err := r.judge(&b.Manifest); err != nil {
+			return err
+		}
+		b.Manifest.Groups = nil // judged; the rows hold what it said
 		r.Batches = append(r.Batches, b)
 		batchOf[int64(b.Manifest.Seq)] = b
 	}
@@ -609,56 +636,75 @@ func (r *Run) admission(d projections.Decision) error {
 	return nil
 }
 
-// join puts what the batches concluded on the attempts and turns they
-// concern, and orders each attempt's turns and calls.
-func (r *Run) join(attempts map[string]*Attempt, purposes map[string]string, turnAt map[projections.LogPosition]*Turn) {
-	dropped := map[string]string{}
-	for _, b := range r.Batches {
-		m := &b.Manifest
-		for _, d := range m.Dropped {
-			dropped[d.Group] = d.Reason
+// attemptOf is the attempt of id, made when first mentioned.
+func (r *Run) attemptOf(id string) *Attempt {
+	a := r.attempts[id]
+	if a == nil {
+		a = &Attempt{Attempt: id}
+		r.attempts[id] = a
+	}
+	return a
+}
+
+// putTurn and putCall keep a turn and a tool call for the writers.
+func (r *Run) putTurn(t *Turn) error {
+	rec := turnRecord{T: t, Text: t.text, TokAt: t.tokensAt, TokLen: t.tokensLen}
+	if r.forTables {
+		if err := r.rows.set(turnKey(t.Seq), &rec); err != nil {
+			return err
 		}
-		for _, g := range m.Groups {
-			for _, ba := range g.Attempts {
-				a := attempts[ba.Attempt]
-				if a == nil {
-					continue
+	}
+	if r.forTrajectories {
+		return r.rows.set(attemptTurnKey(t), &rec)
+	}
+	return nil
+}
+
+func (r *Run) putCall(c *ToolCall) error {
+	rec := callRecord{C: c, Input: c.input, Output: c.output}
+	if r.forTables {
+		if err := r.rows.set(callKey(c.Seq), &rec); err != nil {
+			return err
+		}
+	}
+	if r.forTrajectories {
+		return r.rows.set(attemptCallKey(c), &rec)
+	}
+	return nil
+}
+
+// judge keeps what a sealed batch concluded of the attempts and turns it
+// used: on the attempts (in memory), and by turn position (on disk), where
+// a later batch's judgement replaces an earlier one's.
+func (r *Run) judge(m *projections.Manifest) error {
+	for _, d := range m.Dropped {
+		r.dropped[d.Group] = d.Reason
+	}
+	for _, g := range m.Groups {
+		for _, ba := range g.Attempts {
+			a := r.attemptOf(ba.Attempt)
+			a.Batch, a.Score, a.Bonus, a.Reward, a.Advantage = m.Seq, ba.Score, ba.Bonus, ba.Reward, ba.Advantage
+			trained := 0
+			for _, bt := range ba.Turns {
+				if bt.Trained {
+					trained++
 				}
-				a.Batch, a.Score, a.Bonus, a.Reward, a.Advantage = m.Seq, ba.Score, ba.Bonus, ba.Reward, ba.Advantage
-				trained := 0
-				for _, bt := range ba.Turns {
-					if bt.Trained {
-						trained++
-					}
-					t := turnAt[projections.LogPosition{Partition: bt.Partition, Offset: bt.Offset}]
-					if t == nil {
-						continue
-					}
-					t.Batch, t.Staleness, t.Trained = m.Seq, bt.Staleness, bt.Trained
-					t.SegmentStaleness, t.SegmentTrained = t.SegmentStaleness[:0], t.SegmentTrained[:0]
-					if len(bt.Segments) == 0 {
-						t.SegmentStaleness, t.SegmentTrained = []int64{bt.Staleness}, []bool{bt.Trained}
-					}
-					for _, s := range bt.Segments {
-						t.SegmentStaleness = append(t.SegmentStaleness, s.Staleness)
-						t.SegmentTrained = append(t.SegmentTrained, s.Trained)
-					}
+				j := judgement{Batch: m.Seq, Staleness: bt.Staleness, Trained: bt.Trained}
+				if len(bt.Segments) == 0 {
+					j.SegmentStaleness, j.SegmentTrained = []int64{bt.Staleness}, []bool{bt.Trained}
 				}
-				if len(ba.Turns) > 0 {
-					a.TrainedShare = float64(trained) / float64(len(ba.Turns))
+				for _, s := range bt.Segments {
+					j.SegmentStaleness = append(j.SegmentStaleness, s.Staleness)
+					j.SegmentTrained = append(j.SegmentTrained, s.Trained)
 				}
+				if err := r.rows.set(judgementKey(bt.Partition, bt.Offset), &j); err != nil {
+					return err
+				}
+			}
+			if len(ba.Turns) > 0 {
+				a.TrainedShare = float64(trained) / float64(len(ba.Turns))
 			}
 		}
 	}
-	for _, a := range r.Attempts {
-		a.Purpose = purposes[a.Group]
-		a.DropReason = dropped[a.Group]
-		slices.SortStableFunc(a.turns, func(x, y *Turn) int { return x.Turn - y.Turn })
-		slices.SortStableFunc(a.calls, func(x, y *ToolCall) int {
-			if x.Turn != y.Turn {
-				return x.Turn - y.Turn
-			}
-			return x.Call - y.Call
-		})
-	}
+	return nil
 }

@@ -49,6 +49,10 @@ func Export(ctx context.Context, srcs []replay.Source, format, out string, o Opt
 	}
 	o.Tokens = format == FormatATIF
 	o.Samples = format == FormatParquet || format == FormatHF
+	o.rows = rowsForTables
+	if format == FormatATIF || format == FormatMessages {
+		o.rows = rowsForTrajectories
+	}
 	seen := map[string]bool{}
 	var runs []*Run
 	defer func() {

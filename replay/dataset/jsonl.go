@@ -33,8 +33,13 @@ func writeJSONL(path, kind string, runs []*Run, line func(*Run, *Attempt) (any, 
 lines:
 	for _, r := range runs {
 		for _, a := range r.Attempts {
+			if err = r.trajectory(a); err != nil {
+				break lines
+			}
 			var v any
-			if v, err = line(r, a); err != nil {
+			v, err = line(r, a)
+			a.turns, a.calls = nil, nil
+			if err != nil {
 				break lines
 			}
 			if err = enc.Encode(v); err != nil {

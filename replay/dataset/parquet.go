@@ -163,9 +163,9 @@ func writeTable(w io.Writer, table string, runs []*Run) (int64, error) {
 	case "attempts":
 		return writeRows(w, attemptColumns, rowsOf(runs, func(r *Run) []*Attempt { return r.Attempts }), groupLimit[*Attempt]{rows: RowGroupRows}, runs)
 	case "turns":
-		return writeRows(w, turnColumns, rowsOf(runs, func(r *Run) []*Turn { return r.Turns }), groupLimit[*Turn]{rows: RowGroupRows}, runs)
+		return writeRows(w, turnColumns, turnsOf(runs), groupLimit[*Turn]{rows: RowGroupRows}, runs)
 	case "tool_calls":
-		return writeRows(w, toolCallColumns, rowsOf(runs, func(r *Run) []*ToolCall { return r.ToolCalls }), groupLimit[*ToolCall]{rows: RowGroupRows}, runs)
+		return writeRows(w, toolCallColumns, callsOf(runs), groupLimit[*ToolCall]{rows: RowGroupRows}, runs)
 	case "batches":
 		return writeRows(w, batchColumns, rowsOf(runs, func(r *Run) []*Batch { return r.Batches }), groupLimit[*Batch]{rows: RowGroupRows}, runs)
 	case "tasks":

@@ -13,13 +13,24 @@ import (
 // manyAttemptsRun is a run whose turns name 100,000 distinct attempts of
 // 200 bytes each (the longest id an event may carry): about 20 MiB of
 // dictionary candidates in one table, far past DictionaryLimit.
-func manyAttemptsRun() *Run {
-	r := &Run{Run: "run-dict"}
+func manyAttemptsRun(t *testing.T) *Run {
+	rows, err := openRowStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Run{Run: "run-dict", rows: rows, forTables: true}
+	t.Cleanup(func() { r.Close() })
 	for i := range 100_000 {
 		id := fmt.Sprintf("attempt-%08d-", i)
 		id += strings.Repeat("x", 200-len(id))
-		r.Turns = append(r.Turns, &Turn{Seq: uint64(i + 1), Offset: int64(i), Attempt: id, Turn: i % 7,
+		err := r.putTurn(&Turn{Seq: uint64(i + 1), Offset: int64(i), Attempt: id, Turn: i % 7,
 			SegmentStarts: []int64{0}, SegmentVersions: []int64{int64(i / 1000)}, Finish: "stop"})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.rows.flush(); err != nil {
+		t.Fatal(err)
 	}
 	return r
 }
@@ -30,7 +41,7 @@ func manyAttemptsRun() *Run {
 // one data-page encoding, whatever the rows, and the same rows must give
 // the same bytes each time.
 func TestParquetOneEncodingPerChunk(t *testing.T) {
-	runs := []*Run{manyAttemptsRun()}
+	runs := []*Run{manyAttemptsRun(t)}
 	var first []byte
 	for i := range 5 {
 		var buf bytes.Buffer

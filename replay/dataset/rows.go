@@ -1,0 +1,309 @@
+package dataset
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"iter"
+	"os"
+
+	"github.com/cockroachdb/pebble/v2"
+	json "github.com/segmentio/encoding/json"
+)
+
+// The rows of the per-turn tables wait on disk between the fold and the
+// writers, so an export's memory does not grow with the run (docs/design.md
+// §14.7): a temporary Pebble database in the scratch directory holds each
+// turn and tool call as the fold meets it, keyed in the order a format
+// writes them, and each turn's judgement as its batch seals, keyed by the
+// turn's log position. A writer reads the rows back in key order and joins
+// each turn with its judgement as it writes it. What stays in memory is
+// one entry per attempt, task, group and batch (their scalars, no lists of
+// turns), and the text and sample windows.
+//
+// Keys (integers big-endian; a signed one with its sign bit flipped, so
+// that byte order is numeric order; an attempt id length-prefixed, so no
+// id's keys fall among another's):
+//
+//	't' seq                        a turn, for the turns table
+//	'c' seq                        a tool call, for the tool_calls table
+//	'T' attempt turn seq           a turn, for its attempt's trajectory
+//	'C' attempt turn call seq      a tool call, for its attempt's trajectory
+//	'j' partition offset           the judgement of the turn at that position
+const (
+	keyTurn        = 't'
+	keyCall        = 'c'
+	keyAttemptTurn = 'T'
+	keyAttemptCall = 'C'
+	keyJudgement   = 'j'
+)
+
+// rowStore is the temporary database; nothing is synced, and it is
+// removed on close.
+type rowStore struct {
+	dir   string
+	db    *pebble.DB
+	batch *pebble.Batch
+}
+
+// rowBatchBytes is how much a write batch gathers before it is applied.
+const rowBatchBytes = 4 << 20
+
+func openRowStore(scratch string) (*rowStore, error) {
+	dir, err := os.MkdirTemp(scratch, "rolloutledger-export-rows-")
+	if err != nil {
+		return nil, fmt.Errorf("dataset: row store: %w", err)
+	}
+	cache := pebble.NewCache(16 << 20)
+	defer cache.Unref()
+	db, err := pebble.Open(dir, &pebble.Options{Cache: cache, MemTableSize: 8 << 20, DisableWAL: true, Logger: quietLogger{}})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("dataset: row store: %w", err)
+	}
+	return &rowStore{dir: dir, db: db}, nil
+}
+
+func (s *rowStore) set(key []byte, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if s.batch == nil {
+		s.batch = s.db.NewBatch()
+	}
+	if err := s.batch.Set(key, b, nil); err != nil {
+		return err
+	}
+	if s.batch.Len() >= rowBatchBytes {
+		return s.flush()
+	}
+	return nil
+}
+
+// flush applies the writes gathered; a reader flushes first.
+func (s *rowStore) flush() error {
+	if s.batch == nil {
+		return nil
+	}
+	err := s.batch.Commit(pebble.NoSync)
+	s.batch.Close()
+	s.batch = nil
+	if err != nil {
+		return fmt.Errorf("dataset: row store: %w", err)
+	}
+	return nil
+}
+
+// get decodes the value of key into v; false when there is none.
+func (s *rowStore) get(key []byte, v any) (bool, error) {
+	b, closer, err := s.db.Get(key)
+	if err == pebble.ErrNotFound {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("dataset: row store: %w", err)
+	}
+	defer closer.Close()
+	return true, json.Unmarshal(b, v)
+}
+
+// scan calls fn with each value under prefix, in key order.
+func (s *rowStore) scan(prefix []byte, fn func(v []byte) error) error {
+	upper := append([]byte(nil), prefix...)
+	for i := len(upper) - 1; i >= 0; i-- {
+		if upper[i]++; upper[i] != 0 {
+			upper = upper[:i+1]
+			break
+		}
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upper})
+	if err != nil {
+		return fmt.Errorf("dataset: row store: %w", err)
+	}
+	for it.First(); it.Valid(); it.Next() {
+		if err := fn(it.Value()); err != nil {
+			it.Close()
+			return err
+		}
+	}
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("dataset: row store: %w", err)
+	}
+	return nil
+}
+
+func (s *rowStore) close() error {
+	if s.batch != nil {
+		s.batch.Close()
+		s.batch = nil
+	}
+	err := s.db.Close()
+	if rerr := os.RemoveAll(s.dir); err == nil {
+		err = rerr
+	}
+	return err
+}
+
+func appendSigned(b []byte, v int64) []byte { return binary.BigEndian.AppendUint64(b, uint64(v)^1<<63) }
+
+// attemptPrefix is the start of an attempt's keys of kind k.
+func attemptPrefix(k byte, attempt string) []byte {
+	b := binary.AppendUvarint([]byte{k}, uint64(len(attempt)))
+	return append(b, attempt...)
+}
+
+func turnKey(seq uint64) []byte { return binary.BigEndian.AppendUint64([]byte{keyTurn}, seq) }
+func callKey(seq uint64) []byte { return binary.BigEndian.AppendUint64([]byte{keyCall}, seq) }
+
+func attemptTurnKey(t *Turn) []byte {
+	return binary.BigEndian.AppendUint64(appendSigned(attemptPrefix(keyAttemptTurn, t.Attempt), int64(t.Turn)), t.Seq)
+}
+
+func attemptCallKey(c *ToolCall) []byte {
+	b := appendSigned(appendSigned(attemptPrefix(keyAttemptCall, c.Attempt), int64(c.Turn)), int64(c.Call))
+	return binary.BigEndian.AppendUint64(b, c.Seq)
+}
+
+func judgementKey(partition int32, offset int64) []byte {
+	return appendSigned(binary.BigEndian.AppendUint32([]byte{keyJudgement}, uint32(partition)), offset)
+}
+
+// turnRecord is a turn as stored, with where its text and tokens are.
+type turnRecord struct {
+	T      *Turn   `json:"t"`
+	Text   spilled `json:"x"`
+	TokAt  int64   `json:"ka,omitempty"`
+	TokLen int     `json:"kn,omitempty"`
+}
+
+func (r *turnRecord) turn() *Turn {
+	t := r.T
+	t.text, t.tokensAt, t.tokensLen = r.Text, r.TokAt, r.TokLen
+	return t
+}
+
+// callRecord is a tool call as stored, with where its text is.
+type callRecord struct {
+	C      *ToolCall `json:"c"`
+	Input  spilled   `json:"i"`
+	Output spilled   `json:"o"`
+}
+
+func (r *callRecord) call() *ToolCall {
+	c := r.C
+	c.input, c.output = r.Input, r.Output
+	return c
+}
+
+// judgement is what the last batch that judged a turn concluded of it.
+type judgement struct {
+	Batch            uint64  `json:"b"`
+	Staleness        int64   `json:"s"`
+	Trained          bool    `json:"t"`
+	SegmentStaleness []int64 `json:"ss"`
+	SegmentTrained   []bool  `json:"st"`
+}
+
+// judged puts the judgement of t's position, if any, on t.
+func (s *rowStore) judged(t *Turn) error {
+	var j judgement
+	ok, err := s.get(judgementKey(t.Partition, t.Offset), &j)
+	if ok {
+		t.Batch, t.Staleness, t.Trained, t.SegmentStaleness, t.SegmentTrained = j.Batch, j.Staleness, j.Trained, j.SegmentStaleness, j.SegmentTrained
+	}
+	return err
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Infof(string, ...any)  {}
+func (quietLogger) Errorf(string, ...any) {}
+func (quietLogger) Fatalf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "dataset: row store: "+format+"\n", args...)
+	os.Exit(1)
+}
+
+// errStop ends a scan early.
+var errStop = errors.New("dataset: stop")
+
+// scanRows yields each value under prefix, decoded by decode, as a row of
+// run; false from yield stops it.
+func scanRows[R any](run *Run, prefix []byte, decode func([]byte) (R, error), yield func(*row[R], error) bool) bool {
+	err := run.rows.scan(prefix, func(v []byte) error {
+		r, err := decode(v)
+		if err != nil {
+			return err
+		}
+		if !yield(&row[R]{run: run, r: r}, nil) {
+			return errStop
+		}
+		return nil
+	})
+	if errors.Is(err, errStop) {
+		return false
+	}
+	if err != nil {
+		yield(nil, err)
+		return false
+	}
+	return true
+}
+
+// decodeTurn reads a stored turn and joins it with its judgement.
+func (s *rowStore) decodeTurn(v []byte) (*Turn, error) {
+	var rec turnRecord
+	if err := json.Unmarshal(v, &rec); err != nil {
+		return nil, fmt.Errorf("dataset: row store: %w", err)
+	}
+	t := rec.turn()
+	return t, s.judged(t)
+}
+
+func decodeCall(v []byte) (*ToolCall, error) {
+	var rec callRecord
+	if err := json.Unmarshal(v, &rec); err != nil {
+		return nil, fmt.Errorf("dataset: row store: %w", err)
+	}
+	return rec.call(), nil
+}
+
+// turnsOf and callsOf are the runs' turns and tool calls, in log order.
+func turnsOf(runs []*Run) iter.Seq2[*row[*Turn], error] {
+	return func(yield func(*row[*Turn], error) bool) {
+		for _, run := range runs {
+			if !scanRows(run, []byte{keyTurn}, run.rows.decodeTurn, yield) {
+				return
+			}
+		}
+	}
+}
+
+func callsOf(runs []*Run) iter.Seq2[*row[*ToolCall], error] {
+	return func(yield func(*row[*ToolCall], error) bool) {
+		for _, run := range runs {
+			if !scanRows(run, []byte{keyCall}, decodeCall, yield) {
+				return
+			}
+		}
+	}
+}
+
+// trajectory reads attempt a's turns, by turn index then log order, and
+// its tool calls, by turn and call, into a.turns and a.calls.
+func (r *Run) trajectory(a *Attempt) error {
+	a.turns, a.calls = a.turns[:0], a.calls[:0]
+	err := r.rows.scan(attemptPrefix(keyAttemptTurn, a.Attempt), func(v []byte) error {
+		t, err := r.rows.decodeTurn(v)
+		a.turns = append(a.turns, t)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return r.rows.scan(attemptPrefix(keyAttemptCall, a.Attempt), func(v []byte) error {
+		c, err := decodeCall(v)
+		a.calls = append(a.calls, c)
+		return err
+	})
+}
