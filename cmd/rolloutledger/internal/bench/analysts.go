@@ -36,6 +36,12 @@ func analystsFigures(ctx context.Context, e *env) ([]*Figure, error) {
 		return []*Figure{{Name: "analysts' queries", Skipped: true, Command: e.cmd(GroupAnalysts),
 			Note: "no database: pass --database-url or set $DATABASE_URL"}}, nil
 	}
+	return analystsAt(ctx, e, e.o.AnalystsFacts, e.cmd(GroupAnalysts, fmt.Sprintf("--analysts-facts %d", e.o.AnalystsFacts)))
+}
+
+// analystsAt times the documented queries on one run of about facts facts;
+// command reproduces the figures.
+func analystsAt(ctx context.Context, e *env, facts int, command string) ([]*Figure, error) {
 	o := simulate.Options{Seed: 1, Tasks: 96, Steps: 8, MaxStaleness: 3}
 	if e.o.Short {
 		o = simulate.Options{Seed: 1, Tasks: 12, Steps: 2, BatchGroups: 2, MaxTurns: 30}
@@ -63,11 +69,11 @@ func analystsFigures(ctx context.Context, e *env) ([]*Figure, error) {
 	defer conn.Close(context.WithoutCancel(ctx))
 	run := "fireflash-" + randomHex(4)
 	t0 := time.Now()
-	facts, copies, err := replicateRun(ctx, conn, e, src, dst, run, e.o.AnalystsFacts)
+	loaded, copies, err := replicateRun(ctx, conn, e, src, dst, run, facts)
 	if err != nil {
 		return nil, err
 	}
-	e.log.Info("analysts: run loaded", "run", run, "facts", facts, "copies", copies, "took", time.Since(t0).Round(time.Second))
+	e.log.Info("analysts: run loaded", "run", run, "facts", loaded, "copies", copies, "took", time.Since(t0).Round(time.Second))
 
 	var before string
 	if e.o.AnalystsBefore {
@@ -80,7 +86,7 @@ func analystsFigures(ctx context.Context, e *env) ([]*Figure, error) {
 		e.drop = slices.DeleteFunc(e.drop, func(s string) bool { return s == dst || s == before })
 		e.log.Info("analysts: keeping the loaded run", "schema", dst, "old_views", before, "run", run)
 	}
-	load := fmt.Sprintf("%d facts (%d copies of a simulated run of seed 1 stored by the pgsink, keys rewritten per copy; loaded in SQL, not through Kafka)", facts, copies)
+	load := fmt.Sprintf("%d facts (%d copies of a simulated run of seed 1 stored by the pgsink, keys rewritten per copy; loaded in SQL, not through Kafka)", loaded, copies)
 	var figs []*Figure
 	for _, b := range docs.SQLBlocks(docs.Analysts) {
 		if strings.Contains(b.SQL, "CREATE ROLE") || strings.HasPrefix(strings.TrimSpace(b.SQL), `\set`) ||
@@ -88,7 +94,7 @@ func analystsFigures(ctx context.Context, e *env) ([]*Figure, error) {
 			continue
 		}
 		name := fmt.Sprintf("analysts.md:%d %s", b.Line, queryLabel(b.SQL))
-		f := &Figure{Name: name, Unit: "ms", Command: e.cmd(GroupAnalysts, fmt.Sprintf("--analysts-facts %d", e.o.AnalystsFacts)),
+		f := &Figure{Name: name, Unit: "ms", Command: command,
 			Note: "one run of " + load + "; JIT off, as docs/analysts.md has analysts' roles set"}
 		var old *Figure
 		if before != "" {

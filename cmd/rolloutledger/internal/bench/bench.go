@@ -40,7 +40,7 @@ const (
 )
 
 // Groups lists every group in the order the table shows them.
-var Groups = []string{GroupIngest, GroupProjection, GroupSeal, GroupPostgres, GroupReplay, GroupMemory, GroupTokens, GroupProxy, GroupAnalysts}
+var Groups = []string{GroupIngest, GroupProjection, GroupSeal, GroupPostgres, GroupReplay, GroupMemory, GroupTokens, GroupProxy, GroupAnalysts, GroupScale}
 
 // Options configure a benchmark run.
 type Options struct {
@@ -151,6 +151,11 @@ func (o Options) Validate() error {
 func (o Options) wants(group string) bool {
 	if group == GroupAnalysts {
 		return slices.Contains(o.Only, group)
+	}
+	if group == GroupScale {
+		// Its full sizes take an hour or more: with Short (small sizes)
+		// it is one of all, otherwise it runs when named.
+		return slices.Contains(o.Only, group) || o.Short && len(o.Only) == 0
 	}
 	if group == GroupReplayMemory {
 		return slices.Contains(o.Only, group) || len(o.ReplayMemory) > 0 && len(o.Only) == 0
@@ -282,6 +287,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		{GroupTokens, tokenFigures},
 		{GroupProxy, proxyFigures},
 		{GroupAnalysts, analystsFigures},
+		{GroupScale, scaleFigures},
 		{GroupReplayMemory, replayMemoryFigures},
 	}
 	var failed []error

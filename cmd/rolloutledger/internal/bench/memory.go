@@ -43,7 +43,7 @@ type sample struct {
 // child.
 func IsChild() bool {
 	v := os.Getenv(ChildEnv)
-	return v == "projector-rss" || v == replayChild || v == sealChild
+	return v == "projector-rss" || v == replayChild || v == sealChild || v == generatorChild
 }
 
 // RunChild is the memory figure's child: it runs a projector over the
@@ -52,6 +52,9 @@ func IsChild() bool {
 func RunChild(ctx context.Context, out io.Writer) error {
 	if os.Getenv(ChildEnv) == replayChild {
 		return runReplayChild(ctx, json.NewEncoder(out))
+	}
+	if os.Getenv(ChildEnv) == generatorChild {
+		return runGeneratorChild(json.NewEncoder(out))
 	}
 	if os.Getenv(ChildEnv) == sealChild {
 		return runSealChild(ctx, json.NewEncoder(out))
