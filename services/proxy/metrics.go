@@ -18,8 +18,27 @@ type metrics struct {
 	sent       prometheus.Counter
 	refused    prometheus.Counter
 	sendErrors prometheus.Counter
-	vocabulary *prometheus.CounterVec // {outcome}: registered, known, failed
+	vocabulary *prometheus.CounterVec   // {outcome}: registered, known, failed
+	phase      *prometheus.HistogramVec // {phase}: where a recorded request's time goes
 }
+
+// The phases of a recorded request that [metrics.phase] times.
+const (
+	// phaseForward: from the request's arrival until the engine's answer
+	// headers (reading and editing the request, the hop to the engine,
+	// and the engine's own work).
+	phaseForward = "forward"
+	// phasePromptIDs: the engine's /apply-template and /tokenize, asked
+	// while it generates.
+	phasePromptIDs = "prompt_ids"
+	// phasePromptWait: the part of phasePromptIDs still running when the
+	// answer was read, which the harness waits for.
+	phasePromptWait = "prompt_ids_wait"
+	// phaseBuild: the turn's facts, built, encoded and checked.
+	phaseBuild = "build"
+	// phaseSpool: the synced spool commit.
+	phaseSpool = "spool_commit"
+)
 
 func newMetrics(sp *spool) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
@@ -40,7 +59,12 @@ func newMetrics(sp *spool) *metrics {
 	m.vocabulary = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rolloutledger_proxy_vocabulary_total", Help: "Runs whose vocabulary the proxy spooled (registered), found spooled before (known), or could not fetch (failed; a later turn tries again).",
 	}, []string{"outcome"})
-	m.reg.MustRegister(m.requests, m.turns, m.added, m.sent, m.refused, m.sendErrors, m.vocabulary,
+	m.phase = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "rolloutledger_proxy_phase_seconds",
+		Help:    "Time of a recorded request's phases: forward (until the engine's answer headers), prompt_ids (the engine's template and tokenizer, asked while it generates), prompt_ids_wait (the part of it the answer waited for), build (facts encoded and checked), spool_commit (the synced commit).",
+		Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1},
+	}, []string{"phase"})
+	m.reg.MustRegister(m.requests, m.turns, m.added, m.sent, m.refused, m.sendErrors, m.vocabulary, m.phase,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rolloutledger_proxy_spool_facts", Help: "Facts in the spool waiting for the ledger."},

@@ -268,7 +268,9 @@ func (s *Server) record(w http.ResponseWriter, r *http.Request, kind routeKind, 
 	if ex.clientIDs == nil && !answerHasPromptIDs(s.o.Engine, kind) {
 		fetched = make(chan fetchResult, 1)
 		go func() {
+			t0 := time.Now()
 			ids, err := promptIDs(ctx, s.o.Client, s.o.Engine, up.String(), ex)
+			s.m.phase.WithLabelValues(phasePromptIDs).Observe(time.Since(t0).Seconds())
 			fetched <- fetchResult{ids, err}
 		}()
 	}
@@ -282,6 +284,7 @@ func (s *Server) record(w http.ResponseWriter, r *http.Request, kind routeKind, 
 	ureq.Header.Set("Content-Type", "application/json")
 	segs := s.w.startTurn()
 	resp, err := s.o.Client.Do(ureq)
+	s.m.phase.WithLabelValues(phaseForward).Observe(s.now().Sub(arrived).Seconds())
 	if err != nil {
 		if ctx.Err() != nil {
 			s.m.requests.WithLabelValues(rl, "client_gone").Inc()
@@ -556,6 +559,7 @@ func (s *Server) commit(ex *exchange, segs *segments, fetched chan fetchResult, 
 	case ex.clientIDs != nil:
 		c.promptIDs, c.promptFrom = ex.clientIDs, "client"
 	case fetched != nil:
+		t0 := time.Now()
 		select {
 		case fr := <-fetched:
 			if fr.err != nil {
@@ -566,6 +570,7 @@ func (s *Server) commit(ex *exchange, segs *segments, fetched chan fetchResult, 
 		case <-time.After(30 * time.Second):
 			s.o.Logger.Warn("proxy: the engine's tokenizer did not answer in 30 s", "attempt", ex.id.Attempt)
 		}
+		s.m.phase.WithLabelValues(phasePromptWait).Observe(time.Since(t0).Seconds())
 	}
 	n := int64(c.usageComplete)
 	if n == 0 {
@@ -581,14 +586,18 @@ func (s *Server) commit(ex *exchange, segs *segments, fetched chan fetchResult, 
 		}
 		a.st, a.seq, a.loaded = st, seq, true
 	}
+	t0 := time.Now()
 	f := s.buildTurn(ex, a.st, a.seq, vs, arrived)
 	recs, err := s.encode(ex.id, f)
 	if err != nil {
 		return false, err
 	}
+	t1 := time.Now()
+	s.m.phase.WithLabelValues(phaseBuild).Observe(t1.Sub(t0).Seconds())
 	if err := s.sp.commit(ex.id, f.state, f.seq, recs); err != nil {
 		return false, err
 	}
+	s.m.phase.WithLabelValues(phaseSpool).Observe(time.Since(t1).Seconds())
 	a.st, a.seq = f.state, f.seq
 	// The run's vocabulary, once, in the background.
 	s.vocab.want(ex.id.Run, s.pick(ex.id).String())

@@ -178,6 +178,16 @@ func proxyFigures(ctx context.Context, e *env) ([]*Figure, error) {
 	addedP50 := &Figure{Name: "chat, not streamed: added latency p50", Unit: "ms", Command: cmd,
 		Note: "p50 through the proxy minus p50 straight to the engine; includes the spool's fsync before the answer's last byte, and waiting for the engine's /apply-template and /tokenize (asked while it generates)"}
 	addedP99 := &Figure{Name: "chat, not streamed: added latency p99", Unit: "ms", Command: cmd, Note: "p99 through the proxy minus p99 straight to the engine"}
+	// Where the added time goes: the proxy's own phase timers
+	// (rolloutledger_proxy_phase_seconds) over the same requests, as means.
+	splitNote := "mean per request through the proxy over the same requests, from its rolloutledger_proxy_phase_seconds"
+	splitWait := &Figure{Name: "chat, not streamed: added, waiting for the prompt's ids (mean)", Unit: "ms", Command: cmd,
+		Note: splitNote + ": the part of /apply-template + /tokenize (asked while the engine generates) still running when the answer was read"}
+	splitIDs := &Figure{Name: "chat, not streamed: /apply-template + /tokenize (mean, overlapped)", Unit: "ms", Command: cmd, Note: splitNote + ": the whole call, mostly hidden behind generation"}
+	splitBuild := &Figure{Name: "chat, not streamed: added, building the turn's facts (mean)", Unit: "ms", Command: cmd, Note: splitNote + ": facts built, encoded and decoded again as the ledger will"}
+	splitSpool := &Figure{Name: "chat, not streamed: added, spool commit (mean)", Unit: "ms", Command: cmd, Note: splitNote + ": the synced Pebble commit before the answer's last byte"}
+	splitHop := &Figure{Name: "chat, not streamed: added, forwarding (mean)", Unit: "ms", Command: cmd,
+		Note: "mean through the proxy minus mean straight, minus the three parts above: reading and editing the request and the answer, and the extra HTTP hop"}
 	streamNote := fmt.Sprintf("%d streamed chat requests per run (32 tokens, ignore_eos), straight and through the proxy, interleaved; a chunk is an SSE data event as the client parses it", sz.streams)
 	ttfcDirect := &Figure{Name: "stream: time to first chunk p50, straight to llama-server", Unit: "ms", Command: cmd, Note: streamNote}
 	ttfcAdded := &Figure{Name: "stream: time to first chunk p50, added by the proxy", Unit: "ms", Command: cmd}
@@ -188,7 +198,7 @@ func proxyFigures(ctx context.Context, e *env) ([]*Figure, error) {
 		Note: "the same requests' SSE events counted on both sides (the proxy drops only the usage-only chunk it asked for itself)"}
 	direct := &Figure{Name: "sustained requests/s straight to llama-server", Unit: "req/s", Command: cmd}
 	turns := &Figure{Name: "sustained turns/s through the proxy, spool on", Unit: "turns/s", Command: cmd}
-	figs := []*Figure{directP50, proxyP50, addedP50, addedP99, ttfcDirect, ttfcAdded, gapDirect, gapAdded, chunks, direct, turns}
+	figs := []*Figure{directP50, proxyP50, addedP50, addedP99, splitWait, splitIDs, splitBuild, splitSpool, splitHop, ttfcDirect, ttfcAdded, gapDirect, gapAdded, chunks, direct, turns}
 
 	bin, model, missing := engineFiles()
 	if missing != "" {
@@ -243,6 +253,10 @@ func proxyFigures(ctx context.Context, e *env) ([]*Figure, error) {
 	for r := range e.o.Runs {
 		e.log.Info("proxy: latency", "run", r+1)
 		var d, p []float64
+		before, err := phaseTotals(ctx, client, proxyURL)
+		if err != nil {
+			return nil, err
+		}
 		for i := range sz.whole {
 			body := chatBody(fmt.Sprintf("request %d of run %d: say something", i, r), 8, false)
 			first, second := pb.engine, pb.attemptURL(fmt.Sprintf("whole-%d-%d", r, i))
@@ -266,6 +280,19 @@ func proxyFigures(ctx context.Context, e *env) ([]*Figure, error) {
 		proxyP50.Runs = append(proxyP50.Runs, quantile(p, 0.5))
 		addedP50.Runs = append(addedP50.Runs, quantile(p, 0.5)-quantile(d, 0.5))
 		addedP99.Runs = append(addedP99.Runs, quantile(p, 0.99)-quantile(d, 0.99))
+		after, err := phaseTotals(ctx, client, proxyURL)
+		if err != nil {
+			return nil, err
+		}
+		mean := func(phase string) float64 {
+			n := after[phase][1] - before[phase][1]
+			return 1000 * (after[phase][0] - before[phase][0]) / max(n, 1)
+		}
+		splitWait.Runs = append(splitWait.Runs, mean("prompt_ids_wait"))
+		splitIDs.Runs = append(splitIDs.Runs, mean("prompt_ids"))
+		splitBuild.Runs = append(splitBuild.Runs, mean("build"))
+		splitSpool.Runs = append(splitSpool.Runs, mean("spool_commit"))
+		splitHop.Runs = append(splitHop.Runs, avg(p)-avg(d)-mean("prompt_ids_wait")-mean("build")-mean("spool_commit"))
 
 		e.log.Info("proxy: streams", "run", r+1)
 		var dt, pt, dg, pg []float64
@@ -483,6 +510,55 @@ func waitSpool(ctx context.Context, px *proxy.Server, d time.Duration) (time.Dur
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+}
+
+// phaseTotals reads the proxy's rolloutledger_proxy_phase_seconds: each
+// phase's sum of seconds and count.
+func phaseTotals(ctx context.Context, c *http.Client, proxyURL string) (map[string][2]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, proxyURL+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string][2]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		for i, suffix := range []string{"_sum", "_count"} {
+			rest, ok := strings.CutPrefix(line, "rolloutledger_proxy_phase_seconds"+suffix+`{phase="`)
+			if !ok {
+				continue
+			}
+			phase, val, ok := strings.Cut(rest, `"} `)
+			if !ok {
+				continue
+			}
+			v, err := strconv.ParseFloat(val, 64)
+			if err != nil {
+				return nil, fmt.Errorf("proxy metrics: %q: %w", line, err)
+			}
+			t := out[phase]
+			t[i] = v
+			out[phase] = t
+		}
+	}
+	return out, sc.Err()
+}
+
+func avg(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(len(xs))
 }
 
 // quantile is the q-quantile of xs (nearest rank).
