@@ -40,7 +40,7 @@ var ErrSpoolFull = errors.New("proxy: spool full")
 type spool struct {
 	db      *pebble.DB
 	max     int64
-	mu      sync.Mutex // orders seq assignment with commits
+	mu      sync.Mutex // guards nextSeq
 	nextSeq uint64
 	queued  atomic.Int64 // bytes of q values
 	count   atomic.Int64 // q entries
@@ -126,23 +126,32 @@ func (s *spool) commit(id identity, st *attemptState, seq []int32, facts []pendi
 			return err
 		}
 	}
-	var bytes int64
+	return s.commitQueued(b, facts)
+}
+
+// commitQueued adds facts to the queue in b and commits it, synced. The
+// facts' sequence numbers are taken under the lock, but the commit is not:
+// concurrent commits then share one fsync (Pebble's group commit) instead
+// of waiting for each other's. A batch may so become visible before one
+// with lower numbers; the two are of different attempts (an attempt's
+// commits are ordered by its own lock), whose order means nothing, and the
+// sender always starts from the lowest waiting number.
+func (s *spool) commitQueued(b *pebble.Batch, facts []pending) error {
 	s.mu.Lock()
+	seq := s.nextSeq
+	s.nextSeq += uint64(len(facts))
+	s.mu.Unlock()
+	var bytes int64
 	for _, f := range facts {
 		v := make([]byte, 0, len(f.run)+1+len(f.record))
 		v = append(append(append(v, f.run...), 0), f.record...)
-		if err := b.Set(seqKey(prefixQueue, s.nextSeq), v, nil); err != nil {
-			s.mu.Unlock()
+		if err := b.Set(seqKey(prefixQueue, seq), v, nil); err != nil {
 			return err
 		}
-		s.nextSeq++
+		seq++
 		bytes += int64(len(v))
 	}
-	// Commit under the lock so that queue order is sequence order; Pebble
-	// still groups the fsyncs of batches committed at once by others.
-	err := b.Commit(pebble.Sync)
-	s.mu.Unlock()
-	if err != nil {
+	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("proxy: spool commit: %w", err)
 	}
 	if len(facts) > 0 {
@@ -164,30 +173,7 @@ func (s *spool) commitMarked(mark []byte, facts []pending) error {
 	if err := b.Set(mark, nil, nil); err != nil {
 		return err
 	}
-	var bytes int64
-	s.mu.Lock()
-	for _, f := range facts {
-		v := make([]byte, 0, len(f.run)+1+len(f.record))
-		v = append(append(append(v, f.run...), 0), f.record...)
-		if err := b.Set(seqKey(prefixQueue, s.nextSeq), v, nil); err != nil {
-			s.mu.Unlock()
-			return err
-		}
-		s.nextSeq++
-		bytes += int64(len(v))
-	}
-	err := b.Commit(pebble.Sync)
-	s.mu.Unlock()
-	if err != nil {
-		return fmt.Errorf("proxy: spool commit: %w", err)
-	}
-	s.queued.Add(bytes)
-	s.count.Add(int64(len(facts)))
-	select {
-	case s.notify <- struct{}{}:
-	default:
-	}
-	return nil
+	return s.commitQueued(b, facts)
 }
 
 // marked says whether a mark is in the spool.
