@@ -24,3 +24,10 @@ func (l *LogBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// Count is how many times sub occurs in what was written so far.
+func (l *LogBuffer) Count(sub string) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return int64(bytes.Count(l.b.Bytes(), []byte(sub)))
+}

@@ -69,9 +69,11 @@ func startScopeFixture(t testing.TB) *scopeFixture {
 		}
 	}
 	for _, run := range []string{ownRun, secretRun} {
-		testenv.CheckFor(t, 60*time.Second, run+" has a sealed batch", func() bool {
+		// As long as the projector keeps folding: on a loaded machine its
+		// first windows can take minutes.
+		testenv.CheckProgress(t, 60*time.Second, run+" has a sealed batch", func() (bool, int64) {
 			resp, _ := s.do(t, nil, http.MethodGet, "/v1/runs/"+run+"/batches/1", "admin", nil)
-			return resp.StatusCode == http.StatusOK
+			return resp.StatusCode == http.StatusOK, s.log.Count(`"msg":"window committed"`)
 		})
 	}
 	_, b := s.do(t, nil, http.MethodGet, "/v1/runs/"+secretRun+"/batches/1", "admin", nil)
@@ -222,16 +224,24 @@ var (
 	otherVerbs  = []string{http.MethodHead, http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodOptions}
 )
 
+// routeQuery is the query a route's path needs to be answered 200.
+func routeQuery(path string) string {
+	switch {
+	case strings.HasSuffix(path, "/batches/next"):
+		return "?after=0&wait=0s"
+	case strings.HasSuffix(path, "/explore/search"):
+		return "?q=a"
+	}
+	return ""
+}
+
 // makeVariant builds a variant of the route pattern for run. r chooses
 // everything; junk, when not empty, is inserted somewhere (the fuzz
 // target's free text), escaped where a request line could not carry it.
 func makeVariant(r *rand.Rand, pattern, run, task, group, junk string) variant {
 	method, tmpl, _ := strings.Cut(pattern, " ")
 	filled := strings.NewReplacer("{run}", run, "{seq}", "1", "{task...}", task, "{group...}", group, "{attempt...}", group+"/a0").Replace(tmpl)
-	query := ""
-	if strings.HasSuffix(tmpl, "/batches/next") {
-		query = "?after=0&wait=0s"
-	}
+	query := routeQuery(tmpl)
 	v := variant{method: method, plain: true}
 	// Percent-encode any subset of the characters, in either case.
 	p := []float64{0, 0.1, 0.3, 0.7, 1}[r.IntN(5)]
@@ -377,9 +387,7 @@ func (p *scopeProbe) check(t testing.TB, i int, as string, seed uint64, junk str
 	}
 	plainPath := strings.NewReplacer("{run}", ownRun, "{seq}", "1", "{task...}", p.fx.task[ownRun],
 		"{group...}", p.fx.group[ownRun], "{attempt...}", p.fx.group[ownRun]+"/a0").Replace(strings.SplitN(route.Pattern, " ", 2)[1])
-	if strings.HasSuffix(plainPath, "/batches/next") {
-		plainPath += "?after=0&wait=0s"
-	}
+	plainPath += routeQuery(plainPath)
 	want, _ := p.fx.rawDo(t, own.method, plainPath, as, nil)
 	got, out := p.fx.rawDo(t, own.method, own.path, as, nil)
 	if got != want {
