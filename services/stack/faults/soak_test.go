@@ -31,6 +31,10 @@ var (
 	soakRate  = flag.Float64("soak-rate", 1500, "TestSoak's offered load in facts per second, over all runs (FireFlash sustains a few hundred)")
 	soakRuns  = flag.Int("soak-runs", 6, "TestSoak's concurrent simulated runs")
 	soakEvery = flag.Duration("soak-sample", 5*time.Second, "TestSoak's sampling interval")
+	// With -soak-tokens the turns are a real run's: inline token ids and
+	// log-probs (about 10 bytes a token; the simulator's turns have a
+	// median of 380 completion tokens) and text, instead of counts alone.
+	soakTokens = flag.Bool("soak-tokens", false, "TestSoak's turns carry inline token ids, log-probs and text, sized as a real run's")
 )
 
 // soakSample is one observation of the ledger under load.
@@ -81,6 +85,7 @@ func TestSoak(t *testing.T) {
 				o := simulate.Options{
 					URL: s.URL(), Seed: uint64(1000*lane + n), Run: fmt.Sprintf("soak-%d-%d", lane, n),
 					Tasks: 48, Steps: 6, MaxTurns: 80, Trainer: true, Workers: 2, EventsPerRequest: 32,
+					Tokens: *soakTokens, Text: *soakTokens,
 					Rate:  *soakRate / float64(*soakRuns),
 					OnAck: func(a []simulate.Ack) { acked.Add(int64(len(a))) },
 				}
@@ -188,7 +193,7 @@ loop:
 	}
 	fmt.Printf(`
 soak summary
-  load:        %v, %d runs in %d lanes, offered %.0f facts/s
+  load:        %v, %d runs in %d lanes, offered %.0f facts/s, tokens %v
   acknowledged %d facts, %.0f facts/s on average
   projector:   lag max %d, median %d, last %d records
   pgsink:      lag max %d, median %d, last %d records (facts and decisions)
@@ -197,7 +202,7 @@ soak summary
   go heap:     last %.1f MiB
   log:         %d warnings, %d errors; %d failed pushes
   postgres:    %d turn rows stored
-`, loadTime.Round(time.Second), runs, *soakRuns, *soakRate, last.acked, float64(last.acked)/loadTime.Seconds(),
+`, loadTime.Round(time.Second), runs, *soakRuns, *soakRate, *soakTokens, last.acked, float64(last.acked)/loadTime.Seconds(),
 		slices.Max(projLags), median(projLags), last.projLag,
 		slices.Max(sinkLags), median(sinkLags), last.sinkLag, catchUp.Round(time.Millisecond),
 		mib(firstRSS), mib(lastRSS), mib(maxRSS(samples)), mib(last.heapUsed),
