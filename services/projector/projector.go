@@ -7,11 +7,12 @@
 // whose Store contract its partition sessions keep. It folds a window of them into
 // one Pebble batch — fold state, decisions, samples, and the next offset —
 // writes the window's decisions to the decisions topic with acks=all, and
-// only then commits the batch. A crash before the commit re-reads the
-// window and, the folds being deterministic, re-emits byte-identical
-// decisions with the same ids, which consumers drop as duplicates. A crash
-// after the commit resumes after the window. Either way every fact is
-// folded into the committed state exactly once.
+// only then commits the batch; a window that seals a batch is committed in
+// parts, the first ending at the sealing fact. A crash before a commit
+// re-reads from the last one and, the folds being deterministic, re-emits
+// byte-identical decisions with the same ids, which consumers drop as
+// duplicates. A crash after the commit resumes after it. Either way every
+// fact is folded into the committed state exactly once.
 package projector
 
 import (
@@ -58,8 +59,8 @@ type Options struct {
 	Telemetry *telemetry.Telemetry
 	// CrashAfterEmits is fault injection for crash tests: when positive,
 	// the process kills itself (SIGKILL) in the CrashAfterEmits-th window
-	// that emitted decisions, after Kafka acknowledged them and before the
-	// state is committed — the one instant where a crash must not lose or
+	// (or part of one, see foldWindow) that emitted decisions, after Kafka
+	// acknowledged them and before the state is committed — the one instant where a crash must not lose or
 	// change a decision.
 	CrashAfterEmits int
 }
@@ -78,6 +79,9 @@ type Projector struct {
 	out    *kafkalog.Writer
 	notify *broadcast
 	crash  func() // the commit point hook of CrashAfterEmits
+	// committed, when set (by tests), hears of every commit of a
+	// partition's state: the next offset and the decisions it held.
+	committed func(part int, next int64, decided []projections.Decision)
 	// partitions is the facts topic's partition count, checked against
 	// the state's when Run starts; a record whose run maps to another
 	// partition than the one it was read from is misrouted.
@@ -397,49 +401,96 @@ func (p *Projector) Offset(part int) (int64, error) {
 	return int64(binary.BigEndian.Uint64(v)), nil
 }
 
-// foldWindow folds a window into one Pebble batch with the partition's
-// next offset, emits its decisions, and only then commits the batch.
+// foldWindow folds a window, emits its decisions and commits it, in
+// parts: a part ends at the fact that seals a batch, or at the window's
+// end. Each part is one Pebble batch with the partition's next offset
+// past it, committed once its decisions are acknowledged, so a sealed
+// batch is committed — and announced to the trainers waiting for it — as
+// soon as the fact that completes it is folded, not after the rest of
+// its window.
 func (p *Projector) foldWindow(ctx context.Context, part int, folds map[string]*projections.Fold, w *consumer.Window) error {
 	window := w.Records
 	ctx, span := p.startProcess(ctx, part, window)
 	defer span.End()
+	pre, _ := w.Prepared.([]prepared)
+	if len(pre) != len(window) {
+		pre = nil
+	}
+	for start := 0; start < len(window); {
+		var head []prepared
+		if pre != nil {
+			head = pre[start:]
+		}
+		n, err := p.foldPart(ctx, part, folds, w, window[start:], head)
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, "fold failed")
+			return err
+		}
+		start += n
+	}
+	return nil
+}
+
+// foldPart folds window (from its start) up to and including the first
+// fact that seals a batch, or all of it, into one Pebble batch with the
+// partition's next offset; emits the part's decisions, and only then
+// commits the batch. It returns how many records the part held.
+func (p *Projector) foldPart(ctx context.Context, part int, folds map[string]*projections.Fold, w *consumer.Window, window []kafkalog.Message, pre []prepared) (int, error) {
 	b := p.db.NewBatch()
 	defer b.Close()
-	pre, _ := w.Prepared.([]prepared)
-	decided, causes, err := p.foldPrepared(b, folds, window, pre)
+	decided, causes, err := p.foldPrepared(b, folds, window, pre, true)
 	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, "fold failed")
-		return err
+		return 0, err
 	}
+	n := len(window)
+	if sealed(decided) {
+		// The fold stopped after the sealing fact: the cause of the
+		// part's last decision.
+		n = causes[len(causes)-1] + 1
+	}
+	window = window[:n]
 	seals := p.startSeals(ctx, window, decided, causes)
 	defer seals.end()
-	last := window[len(window)-1].Offset
+	last := window[n-1].Offset
 	if err := b.Set(offsetKey(p.o.Kafka.FactsTopic(), part), binary.BigEndian.AppendUint64(nil, uint64(last+1)), nil); err != nil {
-		return err
+		return 0, err
 	}
-	// Checked before the decisions leave: a window that cannot be
+	// Checked before the decisions leave: a part that cannot be
 	// committed is not announced either, and a restart with space folds
 	// it again.
 	if err := p.checkSpace(); err != nil {
-		return err
+		return 0, err
 	}
 	if err := p.emit(ctx, decided); err != nil {
-		return err
+		return 0, err
 	}
 	acked := time.Now()
 	if len(decided) > 0 {
 		w.CommitPoint()
 	}
 	if err := b.Commit(pebble.Sync); err != nil {
-		return fmt.Errorf("commit state: %w", err)
+		return 0, fmt.Errorf("commit state: %w", err)
 	}
-	p.log.DebugContext(ctx, "window committed", "partition", part, "next", last+1, "facts", len(window), "decisions", len(decided))
+	if p.committed != nil {
+		p.committed(part, last+1, decided)
+	}
+	p.log.DebugContext(ctx, "window committed", "partition", part, "next", last+1, "facts", n, "decisions", len(decided))
 	p.record(ctx, part, window, decided, causes, acked)
 	if len(decided) > 0 {
 		p.notify.fire()
 	}
-	return nil
+	return n, nil
+}
+
+// sealed reports whether decisions hold a batch.sealed.
+func sealed(ds []projections.Decision) bool {
+	for i := range ds {
+		if ds[i].Kind == projections.KindBatchSealed {
+			return true
+		}
+	}
+	return false
 }
 
 // foldInto folds a window of records into the batch b: the runs' fold
@@ -448,12 +499,14 @@ func (p *Projector) foldWindow(ctx context.Context, part int, folds map[string]*
 // reads and writes its state in a window over the database, which goes
 // into b once, at the end.
 func (p *Projector) foldInto(b *pebble.Batch, folds map[string]*projections.Fold, window []kafkalog.Message) ([]projections.Decision, []int, error) {
-	return p.foldPrepared(b, folds, window, nil)
+	return p.foldPrepared(b, folds, window, nil, false)
 }
 
 // foldPrepared is foldInto with the records decoded ahead (pre, one per
-// record of window), or decoded here when pre is nil.
-func (p *Projector) foldPrepared(b *pebble.Batch, folds map[string]*projections.Fold, window []kafkalog.Message, pre []prepared) ([]projections.Decision, []int, error) {
+// record of window), or decoded here when pre is nil. With untilSeal it
+// stops after the first record whose decisions seal a batch: the records
+// after it are left for another batch.
+func (p *Projector) foldPrepared(b *pebble.Batch, folds map[string]*projections.Fold, window []kafkalog.Message, pre []prepared, untilSeal bool) ([]projections.Decision, []int, error) {
 	var decided []projections.Decision
 	var causes []int
 	ws := newWindow(p.db)
@@ -529,6 +582,9 @@ func (p *Projector) foldPrepared(b *pebble.Batch, folds map[string]*projections.
 			causes = append(causes, i)
 		}
 		decided = append(decided, ds...)
+		if untilSeal && sealed(ds) {
+			break
+		}
 	}
 	if err := ws.Flush(b); err != nil {
 		return nil, nil, err
