@@ -33,7 +33,7 @@ COLUMNS = ("token_ids", "loss_mask", "rollout_logprobs", "policy_versions", "off
 def make_run(ledger: rl.Ledger, *, groups: int, attempts: int, tokens: int, turn_tokens: int, seed: int = 1) -> str:
     """Posts a run whose batch 1 holds groups × attempts attempts of
     `tokens` completion tokens each; returns its id once batch 1 is sealed."""
-    run = f"bench-samples-{rl.uuid7()[:8]}"
+    run = f"bench-samples-{rl.uuid7()[-12:]}"
     rng = np.random.default_rng(seed)
     ev = ledger.event
     cfg = rl.RunConfig(group_size=attempts, batch_groups=groups, enforce_admission=False)
