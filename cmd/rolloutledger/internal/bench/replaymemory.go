@@ -160,12 +160,11 @@ func replayMemoryRun(ctx context.Context, e *env, exe, dir string, n int) (repla
 // conclude its decisions, and writes both as an archive, as an export of
 // the run would; the facts sit at partition 0, offsets from 0.
 func writeSimArchive(dir, run string, o simulate.Options) (string, error) {
-	plan, err := simulate.Generate(o, run)
+	// Streamed: a 10 M-fact run's plan held in memory took 7.7 GB.
+	src, err := simulate.NewSource(o, run)
 	if err != nil {
 		return "", err
 	}
-	evs := plan.All()
-	plan = nil
 	path := filepath.Join(dir, run+".rla")
 	w, err := replay.CreateArchive(path, run, "simulate")
 	if err != nil {
@@ -184,13 +183,15 @@ func writeSimArchive(dir, run string, o simulate.Options) (string, error) {
 	defer store.Close()
 	fold := projections.NewFold(run)
 	var decided [][]byte
-	for i := range evs {
-		v, err := events.Encode(evs[i])
+	i := -1
+	for ev := range src.Events() {
+		i++
+		v, err := events.Encode(ev)
 		if err != nil {
 			return "", err
 		}
 		f := replay.Fact{Seq: uint64(i + 1), Partition: 0, Offset: int64(i), Value: v}
-		ds, err := fold.Apply(store, projections.Record{Value: v, Event: evs[i], Offset: int64(i)})
+		ds, err := fold.Apply(store, projections.Record{Value: v, Event: ev, Offset: int64(i)})
 		if err != nil {
 			return "", err
 		}
@@ -200,7 +201,6 @@ func writeSimArchive(dir, run string, o simulate.Options) (string, error) {
 		if err := w.AddFact(f); err != nil {
 			return "", err
 		}
-		evs[i] = events.Event{} // let the events go as they are written
 	}
 	for i, d := range decided {
 		if err := w.AddDecision(replay.Recorded{Partition: 0, Offset: int64(i), Value: d}); err != nil {
