@@ -244,4 +244,28 @@ def test_histograms_are_typed_and_agree(exported):
     assert by_batch == by_turns and by_batch
     b = pq.read_schema(d / "batches.parquet")
     for name in ("segment_staleness_histogram", "in_flight", "in_queue"):
-        assert str(b.field(name).type) == "list<item: struct<value: int64 not null, count: int64 not null> not null>", name
+        t = b.field(name).type
+        assert str(t.value_type) == "struct<value: int64 not null, count: int64 not null>" and not t.value_field.nullable, name
+
+
+def test_samples_load_with_datasets_as_int32(exported):
+    """docs/analysts.md: the samples, streamed with the arrow format, keep
+    the types the trainer's API serves; the numpy format would give int64."""
+    import numpy as np
+    from datasets import load_dataset
+
+    ex = exported
+    want = pq.read_table(ex.out / "parquet" / "samples.parquet")
+    ds = load_dataset("parquet", data_dir=str(ex.out / "hf" / "data" / "samples"), split="train", streaming=True).with_format("arrow")
+    tokens = rows = 0
+    for batch in ds.iter(batch_size=16):
+        ids = batch["token_ids"].combine_chunks()
+        flat, starts = ids.values.to_numpy(), ids.offsets.to_numpy()
+        mask = batch["loss_mask"].combine_chunks().values.to_numpy()
+        lps = batch["rollout_logprobs"].combine_chunks().values.to_numpy()
+        assert (flat.dtype, mask.dtype, lps.dtype) == (np.int32, np.uint8, np.float32)
+        assert len(starts) == batch.num_rows + 1 and len(flat) == len(mask) == len(lps)
+        tokens += len(flat)
+        rows += batch.num_rows
+    assert rows == want.num_rows > 0
+    assert tokens == sum(len(x) for x in want.column("token_ids").to_pylist()) > 0
