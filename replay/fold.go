@@ -38,7 +38,7 @@ func Fold(ctx context.Context, src Source, o FoldOptions, fn func(Fact, []projec
 		return err
 	}
 	defer store.Close()
-	fold := projections.NewFoldWith(src.Run(), projections.FoldOptions{Recorded: config, RuleVersion: rules})
+	fold := projections.NewFoldWith(src.Run(), projections.FoldOptions{Recorded: config, RuleVersion: rules, WriteBack: writeBackBytes})
 	err = factsOf(ctx, src, func(f Fact) error {
 		ds, err := fold.Apply(store, f.Record())
 		if err != nil {
@@ -51,6 +51,9 @@ func Fold(ctx context.Context, src Source, o FoldOptions, fn func(Fact, []projec
 		return err
 	}
 	if end != nil {
+		if err := fold.Flush(store); err != nil {
+			return err
+		}
 		return end(store)
 	}
 	return nil

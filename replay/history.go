@@ -112,8 +112,8 @@ func (h *historyCheck) close() {
 	}
 }
 
-// fact is called after f was folded into store.
-func (h *historyCheck) fact(f Fact, store projections.Store) error {
+// fact is called after fold folded f into store.
+func (h *historyCheck) fact(f Fact, fold *projections.Fold, store projections.Store) error {
 	if h.leaves != nil {
 		b := f.leaf()
 		a, ok, err := h.leaves.next()
@@ -130,7 +130,7 @@ func (h *historyCheck) fact(f Fact, store projections.Store) error {
 		h.next++
 	}
 	for h.next < len(h.heads) && h.heads[h.next].Size == f.Seq {
-		head, err := projections.HeadOf(store)
+		head, err := fold.Head(store)
 		if err != nil {
 			return err
 		}

@@ -12,12 +12,65 @@ import (
 // removed at the end: their memory is the database's bounded caches,
 // whatever the run's length (docs/design.md §14.2).
 
+// writeBackBytes bounds what a pass's fold keeps decoded in memory between
+// records (projections.FoldOptions.WriteBack): the attempts and groups in
+// flight, written to the scratch store only when they no longer fit, so
+// that an attempt's record is not decoded and encoded again with each of
+// its turns.
+const writeBackBytes = 64 << 20
+
 // openScratch makes an empty fold state on disk under dir (empty: the
-// system's temporary directory).
-func openScratch(dir string) (*foldstore.Spill, error) {
-	s, err := foldstore.OpenSpill(foldstore.SpillOptions{Dir: dir})
+// system's temporary directory): the dedup index in files of its own
+// (dedup.go), the rest in a Pebble database.
+func openScratch(dir string) (*scratch, error) {
+	// The spill's filter now sees only the keys other than the dedup
+	// index's, a few per group: a smaller one does.
+	s, err := foldstore.OpenSpill(foldstore.SpillOptions{Dir: dir, FilterBytes: 8 << 20})
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
-	return s, nil
+	return &scratch{Spill: s, dedup: newDedupIndex(s.Dir())}, nil
+}
+
+// scratch is a pass's fold state: the dedup index's keys in a dedupIndex,
+// every other key in the spill.
+type scratch struct {
+	*foldstore.Spill
+	dedup *dedupIndex
+}
+
+// Get implements projections.Store.
+func (s *scratch) Get(k []byte) ([]byte, bool, error) {
+	if id, ok := eventKeyID(k); ok {
+		return s.dedup.get(id)
+	}
+	return s.Spill.Get(k)
+}
+
+// Set implements projections.Store.
+func (s *scratch) Set(k, v []byte) error {
+	if id, ok := eventKeyID(k); ok {
+		if len(v) != len(dedupSum{}) {
+			return fmt.Errorf("replay: dedup index: a %d-byte value for %q, want a SHA-256", len(v), k)
+		}
+		return s.dedup.set(id, dedupSum(v))
+	}
+	return s.Spill.Set(k, v)
+}
+
+// Delete implements projections.Store.
+func (s *scratch) Delete(k []byte) error {
+	if _, ok := eventKeyID(k); ok {
+		return fmt.Errorf("replay: dedup index: entries are never deleted (%q)", k)
+	}
+	return s.Spill.Delete(k)
+}
+
+// Close removes the state.
+func (s *scratch) Close() error {
+	err := s.dedup.close()
+	if cerr := s.Spill.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

@@ -204,14 +204,14 @@ func Verify(ctx context.Context, src Source, o VerifyOptions) (*Report, error) {
 	defer store.Close()
 	// Fold with the configuration the run recorded, not this build's
 	// defaults (docs/design.md §4.3).
-	fold := projections.NewFoldWith(rep.Run, projections.FoldOptions{Recorded: config, RuleVersion: rules})
+	fold := projections.NewFoldWith(rep.Run, projections.FoldOptions{Recorded: config, RuleVersion: rules, WriteBack: writeBackBytes})
 	err = factsOf(ctx, src, func(f Fact) error {
 		ds, err := fold.Apply(store, f.Record())
 		if err != nil {
 			return fmt.Errorf("replay: fold fact %d: %w", f.Seq, err)
 		}
 		rep.Facts = f.Seq
-		if err := h.fact(f, store); err != nil {
+		if err := h.fact(f, fold, store); err != nil {
 			return err
 		}
 		if o.Audit != nil {
@@ -261,7 +261,7 @@ func Verify(ctx context.Context, src Source, o VerifyOptions) (*Report, error) {
 	if s, ok := src.(skipper); ok {
 		rep.Skipped = s.Skipped()
 	}
-	head, err := projections.HeadOf(store)
+	head, err := fold.Head(store)
 	if err != nil {
 		return nil, err
 	}

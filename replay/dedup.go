@@ -1,0 +1,393 @@
+package replay
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"math/bits"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// The fold's dedup index, on disk (docs/design.md §14.2).
+//
+// A replay's fold writes one dedup entry per fact — the event id and the
+// SHA-256 of its first record — and looks every fact's id up first, almost
+// always in vain. In the scratch Pebble database those entries were most
+// of its work: a skiplist insert per fact, flushes, and compactions that
+// rewrite random keys level after level, some 4 µs of CPU a fact. They need
+// far less: entries of one fixed size, never changed or deleted once
+// written, and lookups that a filter settles in memory but for true
+// repeats and the filter's few false positives.
+//
+// So a pass keeps them apart: new entries gather in a map; a full map is
+// sorted and written as a run, a file of 48-byte entries (16-byte id,
+// 32-byte digest) in id order, and runs of about equal size are merged, as
+// a binary counter carries, so a run of n facts has at most log2(n /
+// dedupMemEntries) runs and each entry is rewritten that many times,
+// sequentially. A lookup the filter lets through reads the map, then one
+// page of each run, found by the first id of every page kept in memory.
+// Memory is the map, the filter and those ids: flat but for 16 bytes per
+// 85 facts.
+
+const (
+	dedupEntry      = 16 + 32
+	dedupPage       = 85 // entries a page: 4,080 bytes
+	dedupMemEntries = 1 << 18
+	// dedupFilterBytes is the filter of the ids written: at 50 M facts,
+	// ~11 bits an id and 1% false positives, each one a page read per run.
+	dedupFilterBytes = 64 << 20
+	dedupHashes      = 7
+)
+
+type dedupID = [16]byte
+type dedupSum = [32]byte
+
+type dedupIndex struct {
+	dir   string
+	limit int // entries held in memory [dedupMemEntries]
+	// mem holds the entries not in a run yet, slots an open-addressing
+	// table of their positions in mem, plus one (0 is free).
+	mem   []dedupMem
+	slots []uint32
+	runs  []*dedupRun // oldest (largest) first
+	// filter is a blocked Bloom filter: every id sets dedupHashes bits of
+	// one 64-byte block, so a probe reads one cache line.
+	filter []uint64
+	blocks uint64
+	next   int // name of the next run file
+	page   [dedupPage * dedupEntry]byte
+	value  dedupSum // the value a Get lends
+}
+
+type dedupMem struct {
+	id  dedupID
+	sum dedupSum
+}
+
+// dedupRun is a sorted file of entries, with the first id of every page.
+type dedupRun struct {
+	f     *os.File
+	n     int
+	fence []dedupID
+}
+
+func newDedupIndex(dir string) *dedupIndex {
+	return &dedupIndex{dir: dir, limit: dedupMemEntries, filter: make([]uint64, dedupFilterBytes/8), blocks: dedupFilterBytes / 64}
+}
+
+// probe calls fn with the filter word and bit of each of id's bits until
+// fn returns false, and returns id's hash.
+func (d *dedupIndex) probe(id *dedupID, fn func(w *uint64, bit uint64) bool) uint64 {
+	h := xxhash.Sum64(id[:])
+	block := d.filter[(h%d.blocks)*8:][:8]
+	// The bits come from a second mix of the hash, independent of the
+	// bits that chose the block.
+	h2 := (h ^ h>>33) * 0xff51afd7ed558ccd
+	h2 = (h2 ^ h2>>33) * 0xc4ceb9fe1a85ec53
+	h2 ^= h2 >> 33
+	for range dedupHashes {
+		bit := h2 & 511
+		if !fn(&block[bit>>6], 1<<(bit&63)) {
+			break
+		}
+		h2 = h2>>9 | h2<<55
+	}
+	return h
+}
+
+// lookup finds id among the entries in memory: the slot it is in, or the
+// free slot it would take.
+func (d *dedupIndex) lookup(id *dedupID, h uint64) (slot int, found bool) {
+	mask := len(d.slots) - 1
+	for i := int(h) & mask; ; i = (i + 1) & mask {
+		e := d.slots[i]
+		if e == 0 {
+			return i, false
+		}
+		if d.mem[e-1].id == *id {
+			return i, true
+		}
+	}
+}
+
+// get returns the digest stored under id; it is lent until the next get.
+func (d *dedupIndex) get(id dedupID) ([]byte, bool, error) {
+	in := true
+	h := d.probe(&id, func(w *uint64, bit uint64) bool {
+		in = *w&bit != 0
+		return in
+	})
+	if !in {
+		return nil, false, nil
+	}
+	return d.find(id, h)
+}
+
+// find looks id up in memory and in the runs.
+func (d *dedupIndex) find(id dedupID, h uint64) ([]byte, bool, error) {
+	if len(d.slots) > 0 {
+		if i, ok := d.lookup(&id, h); ok {
+			d.value = d.mem[d.slots[i]-1].sum
+			return d.value[:], true, nil
+		}
+	}
+	for i := len(d.runs) - 1; i >= 0; i-- {
+		ok, err := d.runs[i].find(id, &d.page, &d.value)
+		if err != nil || ok {
+			return d.value[:], ok, err
+		}
+	}
+	return nil, false, nil
+}
+
+// set stores the digest of an id not stored yet: the fold writes an id's
+// entry once, after looking it up.
+func (d *dedupIndex) set(id dedupID, sum dedupSum) error {
+	seen := true
+	h := d.probe(&id, func(w *uint64, bit uint64) bool {
+		seen = seen && *w&bit != 0
+		*w |= bit
+		return true
+	})
+	if seen {
+		if _, ok, err := d.find(id, h); err != nil || ok {
+			if err == nil {
+				err = fmt.Errorf("replay: dedup index: event %x written twice", id)
+			}
+			return err
+		}
+	}
+	if d.slots == nil {
+		d.slots = make([]uint32, 1<<bits.Len(uint(2*d.limit-1)))
+		d.mem = make([]dedupMem, 0, d.limit)
+	}
+	i, _ := d.lookup(&id, h)
+	d.mem = append(d.mem, dedupMem{id: id, sum: sum})
+	d.slots[i] = uint32(len(d.mem))
+	if len(d.mem) < d.limit {
+		return nil
+	}
+	return d.spill()
+}
+
+// spill writes the entries in memory as a run and merges runs of about
+// equal size.
+func (d *dedupIndex) spill() error {
+	slices.SortFunc(d.mem, func(a, b dedupMem) int { return bytes.Compare(a.id[:], b.id[:]) })
+	r, w, err := d.create()
+	if err != nil {
+		return err
+	}
+	for i := range d.mem {
+		if err := w.add(d.mem[i].id, d.mem[i].sum[:]); err != nil {
+			return err
+		}
+	}
+	if err := w.finish(); err != nil {
+		return err
+	}
+	d.mem = d.mem[:0]
+	clear(d.slots)
+	d.runs = append(d.runs, r)
+	for n := len(d.runs); n >= 2 && d.runs[n-2].n <= 2*d.runs[n-1].n; n = len(d.runs) {
+		m, err := d.merge(d.runs[n-2], d.runs[n-1])
+		if err != nil {
+			return err
+		}
+		d.runs = append(d.runs[:n-2], m)
+	}
+	return nil
+}
+
+// merge writes the entries of a and b as one run and removes them.
+func (d *dedupIndex) merge(a, b *dedupRun) (*dedupRun, error) {
+	r, w, err := d.create()
+	if err != nil {
+		return nil, err
+	}
+	ra := bufio.NewReaderSize(io.NewSectionReader(a.f, 0, int64(a.n)*dedupEntry), 1<<20)
+	rb := bufio.NewReaderSize(io.NewSectionReader(b.f, 0, int64(b.n)*dedupEntry), 1<<20)
+	var ea, eb [dedupEntry]byte
+	na, nb := a.n, b.n
+	read := func(r *bufio.Reader, e *[dedupEntry]byte, left *int) (bool, error) {
+		if *left == 0 {
+			return false, nil
+		}
+		*left--
+		_, err := io.ReadFull(r, e[:])
+		return err == nil, err
+	}
+	okA, err := read(ra, &ea, &na)
+	if err != nil {
+		return nil, err
+	}
+	okB, err := read(rb, &eb, &nb)
+	if err != nil {
+		return nil, err
+	}
+	for okA || okB {
+		if okA && (!okB || bytes.Compare(ea[:16], eb[:16]) <= 0) {
+			if err := w.add(dedupID(ea[:16]), ea[16:]); err != nil {
+				return nil, err
+			}
+			if okA, err = read(ra, &ea, &na); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err := w.add(dedupID(eb[:16]), eb[16:]); err != nil {
+			return nil, err
+		}
+		if okB, err = read(rb, &eb, &nb); err != nil {
+			return nil, err
+		}
+	}
+	if err := w.finish(); err != nil {
+		return nil, err
+	}
+	for _, old := range []*dedupRun{a, b} {
+		if err := old.close(); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// runWriter writes a run's entries in order.
+type runWriter struct {
+	r *dedupRun
+	w *bufio.Writer
+}
+
+// create makes an empty run file, removed from the directory at once: it
+// lives while it is open.
+func (d *dedupIndex) create() (*dedupRun, *runWriter, error) {
+	path := filepath.Join(d.dir, fmt.Sprintf("dedup-%06d", d.next))
+	d.next++
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, nil, fmt.Errorf("replay: dedup index: %w", err)
+	}
+	if err := os.Remove(path); err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("replay: dedup index: %w", err)
+	}
+	r := &dedupRun{f: f}
+	return r, &runWriter{r: r, w: bufio.NewWriterSize(f, 1<<20)}, nil
+}
+
+func (w *runWriter) add(id dedupID, sum []byte) error {
+	if w.r.n%dedupPage == 0 {
+		w.r.fence = append(w.r.fence, id)
+	}
+	w.r.n++
+	if _, err := w.w.Write(id[:]); err != nil {
+		return fmt.Errorf("replay: dedup index: %w", err)
+	}
+	if _, err := w.w.Write(sum); err != nil {
+		return fmt.Errorf("replay: dedup index: %w", err)
+	}
+	return nil
+}
+
+func (w *runWriter) finish() error {
+	if err := w.w.Flush(); err != nil {
+		return fmt.Errorf("replay: dedup index: %w", err)
+	}
+	return nil
+}
+
+// find looks id up in the run, reading one page into page.
+func (r *dedupRun) find(id dedupID, page *[dedupPage * dedupEntry]byte, sum *dedupSum) (bool, error) {
+	// The last page whose first id is at most id.
+	p, found := slices.BinarySearchFunc(r.fence, id, func(f, id dedupID) int { return bytes.Compare(f[:], id[:]) })
+	if !found {
+		if p == 0 {
+			return false, nil
+		}
+		p--
+	}
+	n := min(dedupPage, r.n-p*dedupPage)
+	b := page[:n*dedupEntry]
+	if _, err := r.f.ReadAt(b, int64(p)*dedupPage*dedupEntry); err != nil {
+		return false, fmt.Errorf("replay: dedup index: %w", err)
+	}
+	// The first entry of the page whose id is at least id.
+	lo, hi := 0, n
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if bytes.Compare(b[m*dedupEntry:m*dedupEntry+16], id[:]) < 0 {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	if lo < n && bytes.Equal(b[lo*dedupEntry:lo*dedupEntry+16], id[:]) {
+		copy(sum[:], b[lo*dedupEntry+16:(lo+1)*dedupEntry])
+		return true, nil
+	}
+	return false, nil
+}
+
+func (r *dedupRun) close() error {
+	if err := r.f.Close(); err != nil {
+		return fmt.Errorf("replay: dedup index: %w", err)
+	}
+	return nil
+}
+
+// close closes every run; their files are already gone.
+func (d *dedupIndex) close() error {
+	var first error
+	for _, r := range d.runs {
+		if err := r.close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	d.runs = nil
+	return first
+}
+
+// eventKeyID is the id of a dedup-index key, "ev\x00" and a canonical
+// UUID (lowercase 8-4-4-4-12); ok is false for any other key.
+func eventKeyID(key []byte) (id dedupID, ok bool) {
+	const prefix = "ev\x00"
+	if len(key) != len(prefix)+36 || string(key[:len(prefix)]) != prefix {
+		return id, false
+	}
+	u := key[len(prefix):]
+	if u[8] != '-' || u[13] != '-' || u[18] != '-' || u[23] != '-' {
+		return id, false
+	}
+	j := 0
+	for i := 0; i < 36; {
+		if i == 8 || i == 13 || i == 18 || i == 23 {
+			i++
+			continue
+		}
+		hi, ok1 := lowerHex(u[i])
+		lo, ok2 := lowerHex(u[i+1])
+		if !ok1 || !ok2 {
+			return id, false
+		}
+		id[j] = hi<<4 | lo
+		j++
+		i += 2
+	}
+	return id, true
+}
+
+func lowerHex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
+}

@@ -1,0 +1,69 @@
+package replay
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"math/bits"
+	"testing"
+)
+
+// The dedup index answers every id written with its digest and every other
+// id with nothing, across its map, its runs and their merges.
+func TestDedupIndex(t *testing.T) {
+	d := newDedupIndex(t.TempDir())
+	d.limit = 100
+	defer d.close()
+	id := func(i int) dedupID {
+		s := sha256.Sum256(binary.BigEndian.AppendUint64(nil, uint64(i)))
+		return dedupID(s[:16])
+	}
+	sum := func(i int) dedupSum { return sha256.Sum256([]byte(fmt.Sprint("value ", i))) }
+	const n = 10_000
+	for i := range n {
+		if _, ok, err := d.get(id(i)); err != nil || ok {
+			t.Fatalf("id %d before it was written: ok %v, err %v", i, ok, err)
+		}
+		if err := d.set(id(i), sum(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, most := len(d.runs), bits.Len(n/100); got == 0 || got > most {
+		t.Errorf("%d runs after %d entries in maps of 100, want 1 to %d", got, n, most)
+	}
+	for i := range n + 1000 {
+		v, ok, err := d.get(id(i))
+		switch {
+		case err != nil:
+			t.Fatal(err)
+		case i < n && (!ok || dedupSum(v) != sum(i)):
+			t.Fatalf("id %d: got %x, %v; want %x", i, v, ok, sum(i))
+		case i >= n && ok:
+			t.Fatalf("id %d was never written, got %x", i, v)
+		}
+	}
+	if err := d.set(id(7), sum(7)); err == nil {
+		t.Error("an id written twice is not an error")
+	}
+}
+
+func TestEventKeyID(t *testing.T) {
+	for _, tc := range []struct {
+		key string
+		ok  bool
+	}{
+		{"ev\x000190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", true},
+		{"ev\x000190A1B2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", false}, // not canonical
+		{"ev\x000190a1b2c3d47e5f8a9b0c1d2e3f4a5b", false},
+		{"att\x000190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", false},
+		{"ev\x000190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5bx", false},
+	} {
+		id, ok := eventKeyID([]byte(tc.key))
+		if ok != tc.ok {
+			t.Errorf("eventKeyID(%q): ok %v, want %v", tc.key, ok, tc.ok)
+		}
+		if ok && fmt.Sprintf("%x", id) != "0190a1b2c3d47e5f8a9b0c1d2e3f4a5b" {
+			t.Errorf("eventKeyID(%q) = %x", tc.key, id)
+		}
+	}
+}
