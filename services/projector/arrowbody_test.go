@@ -2,6 +2,9 @@ package projector
 
 import (
 	"bytes"
+	"errors"
+	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -225,5 +228,19 @@ func TestStoredArrowBody(t *testing.T) {
 		if _, found, err := p.ArrowBody("r-1", 7, d); found || err != nil {
 			t.Errorf("digest %q: found %v, %v; want no body", d, found, err)
 		}
+	}
+}
+
+// A projector without a state directory (the tests' folds over a bare
+// database) writes no bodies: none lands in the working directory.
+func TestNoStateDirectoryNoBodies(t *testing.T) {
+	t.Chdir(t.TempDir())
+	p := &Projector{log: slog.New(slog.DiscardHandler)}
+	all, _ := canonicalOf(t, bodySamples(false))
+	digest := "sha256:" + strings.Repeat("ab", 32)
+	p.writeArrowBody("r-1", 1, []byte(`{"rule_version":3,"digest":"`+digest+`"}`), all)
+	p.closeArrowBodies()
+	if _, err := os.Stat("arrow"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a body directory in the working directory: %v", err)
 	}
 }
