@@ -93,17 +93,22 @@ func TestExplorerResearcher(t *testing.T) {
 	chromiumPath(t)
 	s, _ := startExplorerStack(t)
 	const run, other = "run-a-research", "run-a-baseline"
-	simulateRun(t, s, run, researchRun)
+	trained := simulateRun(t, s, run, researchRun).Steps
 	base := researchRun
 	base.Seed = 12
-	simulateRun(t, s, other, base)
+	baseTrained := simulateRun(t, s, other, base).Steps
+	if len(trained) < 2 || len(baseTrained) < 2 {
+		t.Fatalf("the trainer stand-in trained %d and %d steps, want at least 2 of each", len(trained), len(baseTrained))
+	}
 	api := s.URL() + "/v1/runs/" + run + "/explore"
 	attempts := field(getJSON(t, api+"/attempts", tokReader), "attempts").([]any)
 	first := field(attempts[0], "attempt").(string)
 	engine := field(getJSON(t, api+"/attempts/"+url.PathEscape(first), tokReader), "engine").(string)
 	registerVocabulary(t, s, run, engine, 151_936, 20_000)
-	waitTrained(t, api, 3)
-	waitTrained(t, s.URL()+"/v1/runs/"+other+"/explore", 3)
+	// The steps the trainer stand-in trained (the last batch may be
+	// sealed after it stopped).
+	waitTrained(t, api, len(trained))
+	waitTrained(t, s.URL()+"/v1/runs/"+other+"/explore", len(baseTrained))
 
 	b := newBrowser(t)
 	ui := s.URL() + "/ui/"
@@ -248,12 +253,19 @@ func TestExplorerResearcher(t *testing.T) {
 		}
 		// ? shows the help, Esc closes it.
 		var shown bool
+		b.run(chromedp.Evaluate(`scrollTo(0, 0)`, nil))
 		key("?")
 		b.run(chromedp.Evaluate(`!document.querySelector("#help").hidden`, &shown))
 		if !shown {
 			t.Error("? did not show the help")
 		}
-		shots["keys"] = b.screenshot("keys")
+		// The window as the user sees it, the help over the page.
+		var buf []byte
+		b.run(chromedp.CaptureScreenshot(&buf))
+		shots["keys"] = filepath.Join(b.shots, "keys.png")
+		if err := os.WriteFile(shots["keys"], buf, 0o644); err != nil {
+			t.Fatal(err)
+		}
 		key(kb.Escape)
 		b.run(chromedp.Evaluate(`!document.querySelector("#help").hidden`, &shown))
 		if shown {
