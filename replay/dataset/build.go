@@ -67,6 +67,8 @@ type Run struct {
 	win       []byte
 	winAt     int64
 	spillErr  error
+	// scattered says text is read an attempt at a time (trajectories).
+	scattered bool
 }
 
 // spilled places a value in a run's spill file.
@@ -84,8 +86,14 @@ func (r *Run) spillText(s string) (spilled, error) {
 	return spilled{At: at, N: int32(len(s))}, err
 }
 
-// textWindow is how much of the spill file a text read brings in at once.
-const textWindow = 1 << 20
+// textWindow is how much of the spill file a text read brings in at once
+// for the tables, which read text in the order it was written;
+// trajectoryWindow for the trajectories, which read an attempt's text,
+// spread over the file among other attempts', a turn at a time.
+const (
+	textWindow       = 1 << 20
+	trajectoryWindow = 16 << 10
+)
 
 // textOf reads a text back. A read error gives "" and is kept in spillErr,
 // which the writers check before they keep a file (Run.Err).
@@ -95,7 +103,11 @@ func (r *Run) textOf(x spilled) string {
 	}
 	end := x.At + int64(x.N)
 	if x.At < r.winAt || end > r.winAt+int64(len(r.win)) {
-		n := min(max(int64(textWindow), int64(x.N)), r.spillSize-x.At)
+		window := int64(textWindow)
+		if r.scattered {
+			window = trajectoryWindow
+		}
+		n := min(max(window, int64(x.N)), r.spillSize-x.At)
 		win, err := r.readSpill(x.At, int(n), r.win)
 		if err != nil {
 			r.win, r.winAt = r.win[:0], 0

@@ -32,6 +32,7 @@ func writeJSONL(path, kind string, runs []*Run, line func(*Run, *Attempt) (any, 
 	var rows int64
 lines:
 	for _, r := range runs {
+		r.scattered = true
 		for _, a := range r.Attempts {
 			if err = r.trajectory(a); err != nil {
 				break lines
