@@ -110,7 +110,7 @@ func replayMemoryFigures(ctx context.Context, e *env) ([]*Figure, error) {
 			return nil, err
 		}
 		figs = append(figs, &Figure{Name: fmt.Sprintf("replay --verify peak RSS, %d facts", s.Facts), Unit: "MiB", Runs: []float64{s.PeakMiB}, Command: cmd,
-			Note: fmt.Sprintf("peak resident memory (VmHWM) of a process running replay.Verify of a simulated run (no inline tokens) from a %.0f MB archive, its fold state spilled to a temporary Pebble database; %.0f s, %.0f facts/s, Go heap after GC at the end %.1f MiB; one run",
+			Note: fmt.Sprintf("peak resident memory (VmHWM) of a process running replay.Verify of a simulated run (no inline tokens) from a %.0f MB archive, its fold state on disk (the dedup index in sorted run files, the rest in a temporary Pebble database); %.0f s, %.0f facts/s, Go heap after GC at the end %.1f MiB; one run",
 				float64(size)/1e6, s.Seconds, float64(s.Facts)/s.Seconds, s.HeapMiB)})
 	}
 	if len(figs) == 0 {
