@@ -139,7 +139,11 @@ func startEngine(ctx context.Context, bin, model string, slots int) (*engineProc
 	ln.Close()
 	p := &engineProc{url: "http://127.0.0.1:" + strconv.Itoa(port), done: make(chan struct{})}
 	p.cmd = exec.Command(bin, "-m", model, "--host", "127.0.0.1", "--port", strconv.Itoa(port),
-		"-c", strconv.Itoa(2048*slots), "-np", strconv.Itoa(slots), "-t", "2", "--jinja")
+		"-c", strconv.Itoa(2048*slots), "-np", strconv.Itoa(slots), "-t", "2", "--jinja",
+		// The proxy asks /apply-template and /tokenize beside each chat
+		// generation: the engine needs HTTP threads for both (its default,
+		// -np + 2, queues them behind the generations).
+		"--threads-http", strconv.Itoa(4*slots))
 	p.cmd.Stdout, p.cmd.Stderr = p, p
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := p.cmd.Start(); err != nil {
