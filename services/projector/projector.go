@@ -93,6 +93,7 @@ type Projector struct {
 		sync.Mutex
 		err error
 	}
+
 	bodies arrowBodies // sealed batches' Arrow bodies (bodyfile.go)
 }
 
@@ -538,6 +539,9 @@ func (p *Projector) foldPrepared(b *pebble.Batch, folds map[string]*projections.
 				return nil, nil, err
 			}
 			p.log.Warn("misrouted fact not folded", "run", ev.Run, "partition", m.Partition, "offset", m.Offset, "run_partition", want)
+			if err := countMisrouted(ws, ev.Run); err != nil {
+				return nil, nil, err
+			}
 			decided, causes = append(decided, d), append(causes, i)
 			continue
 		}
@@ -668,6 +672,22 @@ func noteRun(w *window, run string, at time.Time) error {
 		return err
 	}
 	w.Set(k, binary.BigEndian.AppendUint64(nil, uint64(at.UnixNano())))
+	return nil
+}
+
+// countMisrouted adds one to the run's misrouted findings, committed with
+// the window: no fold numbers them, so this count is what status reads.
+func countMisrouted(w *window, run string) error {
+	k := append([]byte{nsMisrouted}, run...)
+	v, ok, err := w.Get(k)
+	if err != nil {
+		return err
+	}
+	var n uint64
+	if ok && len(v) == 8 {
+		n = binary.BigEndian.Uint64(v)
+	}
+	w.Set(k, binary.BigEndian.AppendUint64(nil, n+1))
 	return nil
 }
 
