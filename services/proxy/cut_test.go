@@ -46,12 +46,11 @@ func TestClientCutMidStream(t *testing.T) {
 	// The proxy notices the cut when its next write fails or the engine's
 	// stream ends, then commits: wait for the turn.
 	var turns []*events.TurnGenerated
-	deadline := time.Now().Add(2 * time.Minute)
-	for len(turns) == 0 && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
+	testenv.CheckFor(t, 2*time.Minute, "the cut turn in the ledger", func() bool {
 		rec.waitDelivered(t)
 		turns, _ = runFacts[*events.TurnGenerated](t, led.kc, run)
-	}
+		return len(turns) > 0
+	})
 	if len(turns) != 1 {
 		t.Fatalf("%d turns, want the cut one", len(turns))
 	}

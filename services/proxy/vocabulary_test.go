@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -40,16 +41,12 @@ func vocabularyCount(t *testing.T, proxyURL, outcome string) int {
 // waitVocabulary waits until the proxy counts n runs of an outcome.
 func waitVocabulary(t *testing.T, proxyURL, outcome string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(3 * time.Minute)
-	for vocabularyCount(t, proxyURL, outcome) < n {
+	testenv.CheckFor(t, 3*time.Minute, fmt.Sprintf("%d vocabulary %s", n, outcome), func() bool {
 		if got := vocabularyCount(t, proxyURL, "failed"); got > 0 {
 			t.Fatalf("the proxy could not fetch the engine's vocabulary (%d failures)", got)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %d vocabulary %s after 3 minutes", n, outcome)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return vocabularyCount(t, proxyURL, outcome) >= n
+	})
 }
 
 // chatTurn sends one short chat turn of an attempt through the proxy.
