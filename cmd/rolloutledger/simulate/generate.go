@@ -28,20 +28,29 @@ const (
 // content is a pure function of o's Seed and scale fields; only the event
 // ids are random.
 func Generate(o Options, run string) (*Plan, error) {
-	if err := o.Validate(); err != nil {
+	m, engines, versions, err := draw(o, run)
+	if err != nil {
 		return nil, err
 	}
-	if !events.ValidRunID(run) {
-		return nil, fmt.Errorf("simulate: run %q: want [A-Za-z0-9._-]{1,128}", run)
+	return m.emit(run, engines, versions), nil
+}
+
+// draw validates o and run and draws the run's plan: its tasks, groups,
+// schedule over its engines and the policy versions published; what
+// [Generate] and [NewSource] share before they emit.
+func draw(o Options, run string) (m *model, engines int, versions []int64, err error) {
+	if err := o.Validate(); err != nil {
+		return nil, 0, nil, err
 	}
-	o = o.withDefaults()
-	m := newModel(o)
+	if !events.ValidRunID(run) {
+		return nil, 0, nil, fmt.Errorf("simulate: run %q: want [A-Za-z0-9._-]{1,128}", run)
+	}
+	m = newModel(o.withDefaults())
 	m.drawTasks()
 	m.drawGroups()
-	engines := engineCount(o)
+	engines = engineCount(m.o)
 	m.schedule(engines)
-	versions := m.publish()
-	return m.emit(run, engines, versions), nil
+	return m, engines, m.publish(), nil
 }
 
 // emitter collects each producer's events with their virtual times; seq

@@ -37,19 +37,10 @@ type Source struct {
 // NewSource generates the run o describes, as [Generate] does, for reading in
 // order with [Source.Events].
 func NewSource(o Options, run string) (*Source, error) {
-	if err := o.Validate(); err != nil {
+	m, engines, versions, err := draw(o, run)
+	if err != nil {
 		return nil, err
 	}
-	if !events.ValidRunID(run) {
-		return nil, fmt.Errorf("simulate: run %q: want [A-Za-z0-9._-]{1,128}", run)
-	}
-	o = o.withDefaults()
-	m := newModel(o)
-	m.drawTasks()
-	m.drawGroups()
-	engines := engineCount(o)
-	m.schedule(engines)
-	versions := m.publish()
 	s := &Source{Run: run, Options: m.o, Engines: engines, m: m, versions: versions}
 	s.names = make([]string, engines+3)
 	s.names[0], s.names[engines+1], s.names[engines+2] = scheduler, verifier, trainer
