@@ -102,23 +102,24 @@ func (p *proxyProc) health() (proxyHealth, error) {
 func (p *proxyProc) waitDrained(t *testing.T, d time.Duration) {
 	t.Helper()
 	var last proxyHealth
-	deadline := time.Now().Add(d)
-	for {
+	var lastErr error
+	defer func() {
+		if t.Failed() {
+			t.Logf("last /healthz %+v, %v", last, lastErr)
+		}
+	}()
+	testenv.CheckFor(t, d, "the proxy's spool drains", func() bool {
 		h, err := p.health()
-		if err == nil {
-			if h.DeadLetters > 0 {
-				t.Fatalf("the ledger refused %d of the proxy's facts: %+v", h.DeadLetters, h)
-			}
-			if h.SpoolFacts == 0 && h.Ledger == "ok" {
-				return
-			}
-			last = h
+		if err != nil {
+			lastErr = err
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the proxy's spool did not drain in %v: last /healthz %+v, %v", d, last, err)
+		if h.DeadLetters > 0 {
+			t.Fatalf("the ledger refused %d of the proxy's facts: %+v", h.DeadLetters, h)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		last = h
+		return h.SpoolFacts == 0 && h.Ledger == "ok"
+	})
 }
 
 func tailString(s string, n int) string {

@@ -3,7 +3,6 @@ package explore_test
 import (
 	"bytes"
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,7 +20,9 @@ import (
 
 	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
 	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/internal/testenv"
+	"github.com/rolloutledger/rolloutledger/internal/testenv/ledgertest"
 	"github.com/rolloutledger/rolloutledger/services/stack"
 )
 
@@ -65,23 +66,35 @@ func registerVocabulary(t *testing.T, s *stack.Stack, run, engine string, size, 
 	}
 }
 
-// waitTrained waits until the explorer's run view has trained step n and
-// stays the same for a second (the projector's last decisions are in).
-func waitTrained(t *testing.T, api string, n int) {
+// waitTrained waits until the explorer's view of run has trained step n
+// and then until the explorer and the projector have both folded every
+// fact of the run the log holds and agree on its decisions, so that the
+// page and the API are read from the same history.
+func waitTrained(t *testing.T, s *stack.Stack, kc kafkalog.Config, run string, n int) {
 	t.Helper()
-	testenv.CheckFor(t, 3*time.Minute, fmt.Sprintf("step %d of %s trained", n, api), func() bool {
+	api := s.URL() + "/v1/runs/" + run + "/explore"
+	testenv.CheckFor(t, 3*time.Minute, fmt.Sprintf("step %d of %s trained", n, run), func() bool {
 		steps := field(getJSON(t, api, tokReader), "steps").([]any)
 		return len(steps) >= n && field(steps[n-1], "trained") == true
 	})
-	var last []byte
-	testenv.CheckFor(t, time.Minute, "the run view to stay the same for a second", func() bool {
-		b, _ := json.Marshal(getJSON(t, api, tokReader))
-		same := bytes.Equal(b, last)
-		last = b
-		if !same {
-			time.Sleep(time.Second)
+	// Every fact the tests send is acknowledged before this is called, so
+	// the log's count is final.
+	logged := float64(len(ledgertest.Facts(t, kc)[run]))
+	var seen string
+	defer func() {
+		if t.Failed() {
+			t.Logf("%s at the end: %s", run, seen)
 		}
-		return same
+	}()
+	testenv.CheckFor(t, 2*time.Minute, fmt.Sprintf("the explorer and the projector fold every fact of %s and agree on its decisions", run), func() bool {
+		st := getJSON(t, s.URL()+"/v1/runs/"+run+"/status", tokReader)
+		v := getJSON(t, api, tokReader)
+		seen = fmt.Sprintf("log %v facts; projector %v facts, %v batches, %v admitted, %v rejected, %v findings; explorer %v, %v, %v, %v, %v",
+			logged, field(st, "facts_folded"), field(st, "batches_sealed"), field(st, "tasks_admitted"), field(st, "tasks_rejected"), field(st, "findings"),
+			field(v, "facts"), field(v, "batches"), field(v, "tasks_admitted"), field(v, "tasks_rejected"), field(v, "findings"))
+		return field(st, "facts_folded") == logged && field(v, "facts") == logged &&
+			field(st, "batches_sealed") == field(v, "batches") && field(st, "tasks_admitted") == field(v, "tasks_admitted") &&
+			field(st, "tasks_rejected") == field(v, "tasks_rejected") && field(st, "findings") == field(v, "findings")
 	})
 }
 
@@ -91,7 +104,7 @@ func waitTrained(t *testing.T, api string, n int) {
 // under the overlays.
 func TestExplorerResearcher(t *testing.T) {
 	chromiumPath(t)
-	s, _ := startExplorerStack(t)
+	s, kc := startExplorerStack(t)
 	const run, other = "run-a-research", "run-a-baseline"
 	trained := simulateRun(t, s, run, researchRun).Steps
 	base := researchRun
@@ -107,8 +120,8 @@ func TestExplorerResearcher(t *testing.T) {
 	registerVocabulary(t, s, run, engine, 151_936, 20_000)
 	// The steps the trainer stand-in trained (the last batch may be
 	// sealed after it stopped).
-	waitTrained(t, api, len(trained))
-	waitTrained(t, s.URL()+"/v1/runs/"+other+"/explore", len(baseTrained))
+	waitTrained(t, s, kc, run, len(trained))
+	waitTrained(t, s, kc, other, len(baseTrained))
 
 	b := newBrowser(t)
 	ui := s.URL() + "/ui/"

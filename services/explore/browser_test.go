@@ -327,39 +327,13 @@ var smallRun = simulate.Options{Seed: 7, Trainer: true, Steps: 3, BatchGroups: 3
 // elsewhere.
 func TestExplorerInChromium(t *testing.T) {
 	chromiumPath(t)
-	s, _ := startExplorerStack(t)
+	s, kc := startExplorerStack(t)
 	const run = "run-a-explorer"
 	simulateRun(t, s, run, smallRun)
 	simulateRun(t, s, "run-b-other", simulate.Options{Seed: 8, Steps: 1, BatchGroups: 2, GroupSize: 2, Tasks: 4, MaxTurns: 6, Workers: 2})
 	postV2Run(t, s, "run-a-v2", "v2-g", true)
 	api := s.URL() + "/v1/runs/" + run + "/explore"
-	var seen string
-	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
-		v := getJSON(t, api, tokReader)
-		steps := field(v, "steps").([]any)
-		if len(steps) >= 3 && field(steps[2], "trained") == true {
-			break
-		}
-		seen = fmt.Sprintf("%v facts, %d steps", field(v, "facts"), len(steps))
-		if len(steps) > 0 {
-			seen += fmt.Sprintf(", the last trained: %v", field(steps[len(steps)-1], "trained"))
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the explorer's model did not train step 3 in 3 minutes: %s", seen)
-		}
-	}
-	// Every fact is in; wait for the projector's last decisions, so that
-	// the page and the API are read from the same history.
-	var last []byte
-	testenv.CheckFor(t, time.Minute, "the run view to stay the same for a second", func() bool {
-		b, _ := json.Marshal(getJSON(t, api, tokReader))
-		same := bytes.Equal(b, last)
-		last = b
-		if !same {
-			time.Sleep(time.Second)
-		}
-		return same
-	})
+	waitTrained(t, s, kc, run, 3)
 
 	b := newBrowser(t)
 	ui := s.URL() + "/ui/"
