@@ -209,3 +209,39 @@ func ViewState(s *MemStore) (StateView, error) {
 	v.HeldTurnPayloads = len(s.KeysWithPrefix([]byte(pfxTurn)))
 	return v, nil
 }
+
+// AttemptView is what a fold knows of one attempt, as the API's attempt
+// lookup reports it (docs/design.md §19.1): a recording proxy in strict
+// mode asks it before an attempt's first turn.
+type AttemptView struct {
+	Attempt string `json:"attempt"`
+	// Started says attempt.started was applied; an attempt the fold knows
+	// only from its turns or its reward is not started.
+	Started bool   `json:"started"`
+	Group   string `json:"group,omitempty"`
+	Task    string `json:"task,omitempty"`
+	RetryOf string `json:"retry_of,omitempty"`
+	// Turns is how many distinct turns of the attempt were applied.
+	Turns    int  `json:"turns"`
+	Finished bool `json:"finished"`
+	Failed   bool `json:"failed"`
+	Rewarded bool `json:"rewarded"`
+	// Done says the attempt's group completed: the attempt is frozen, and
+	// a later fact about it is late (docs/design.md §6.9).
+	Done bool `json:"done"`
+}
+
+// ViewAttempt reads one attempt of the fold state in s; found is false when
+// no fact has named it.
+func ViewAttempt(s Store, attempt string) (v AttemptView, found bool, err error) {
+	b, ok, err := s.Get(attemptKey(attempt))
+	if err != nil || !ok {
+		return AttemptView{Attempt: attempt}, false, err
+	}
+	a, err := decodeAttempt(b)
+	if err != nil {
+		return AttemptView{Attempt: attempt}, false, err
+	}
+	return AttemptView{Attempt: attempt, Started: a.started, Group: a.group, Task: a.task, RetryOf: a.retryOf,
+		Turns: len(a.turns), Finished: a.finished, Failed: a.failed, Rewarded: a.rewarded, Done: a.done}, true, nil
+}

@@ -59,7 +59,9 @@ const (
 	// ReadBatches are the trainer's reads: the long poll, a batch, its
 	// samples.
 	ReadBatches
-	// ReadAdmission is a task's admission decision.
+	// ReadAdmission is what the rollout side reads: a task's admission
+	// decision, and whether the ledger knows an attempt (a recording proxy
+	// in strict mode asks before an attempt's first turn).
 	ReadAdmission
 	// Read is every other GET.
 	Read
@@ -77,7 +79,7 @@ func (a Access) String() string {
 	case ReadBatches:
 		return "read batches"
 	case ReadAdmission:
-		return "read task admission"
+		return "read task admission and attempts"
 	case Read:
 		return "read"
 	}

@@ -41,7 +41,7 @@ func Classify(pattern string) Access {
 		return Append
 	case "GET /v1/runs/{run}/batches/next", "GET /v1/runs/{run}/batches/{seq}", "GET /v1/runs/{run}/batches/{seq}/samples":
 		return ReadBatches
-	case "GET /v1/runs/{run}/tasks/{task...}", "GET /v1/runs/{run}/tasks":
+	case "GET /v1/runs/{run}/tasks/{task...}", "GET /v1/runs/{run}/tasks", "GET /v1/runs/{run}/attempts/{attempt...}":
 		return ReadAdmission
 	}
 	if strings.HasPrefix(pattern, "GET ") {

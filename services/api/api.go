@@ -61,6 +61,8 @@ func (s *Service) Register(mux Routes) {
 		httpx.WriteError(w, http.StatusNotFound, "not_found", "name a task: /v1/runs/{run}/tasks/{task}")
 	}))
 	mux.Handle("GET /v1/runs/{run}/status", http.HandlerFunc(s.status))
+	// Attempt ids may contain "/", as task ids may.
+	mux.Handle("GET /v1/runs/{run}/attempts/{attempt...}", http.HandlerFunc(s.attempt))
 }
 
 func (s *Service) fail(w http.ResponseWriter, err error) {
@@ -88,6 +90,20 @@ func seqParam(w http.ResponseWriter, s string, name string, lo, hi uint64) (uint
 		return 0, false
 	}
 	return n, true
+}
+
+// waitParam reads a long poll's wait, def when absent, answering 400
+// naming it when it is not a duration between 0 and MaxWait.
+func waitParam(w http.ResponseWriter, ws string, def time.Duration) (time.Duration, bool) {
+	if ws == "" {
+		return def, true
+	}
+	d, err := time.ParseDuration(ws)
+	if err != nil || d < 0 || d > MaxWait {
+		httpx.WriteError(w, http.StatusBadRequest, "invalid_value", fmt.Sprintf("wait %q is not a duration between 0 and %s", ws, MaxWait))
+		return 0, false
+	}
+	return d, true
 }
 
 // batchParams reads the {run} and {seq} of a batch route, answering 400
@@ -145,14 +161,9 @@ func (s *Service) nextBatch(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	wait := 30 * time.Second
-	if ws := q.Get("wait"); ws != "" {
-		d, err := time.ParseDuration(ws)
-		if err != nil || d < 0 || d > MaxWait {
-			httpx.WriteError(w, http.StatusBadRequest, "invalid_value", fmt.Sprintf("wait %q is not a duration between 0 and %s", ws, MaxWait))
-			return
-		}
-		wait = d
+	wait, ok := waitParam(w, q.Get("wait"), 30*time.Second)
+	if !ok {
+		return
 	}
 	m, found, err := s.Projector.WaitManifest(r.Context(), run, after+1, wait)
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {

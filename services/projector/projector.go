@@ -78,7 +78,10 @@ type Projector struct {
 	db     *pebble.DB
 	out    *kafkalog.Writer
 	notify *broadcast
-	crash  func() // the commit point hook of CrashAfterEmits
+	// progress wakes the waiters of an attempt lookup (attempts.go) at
+	// every commit, decisions or not.
+	progress *broadcast
+	crash    func() // the commit point hook of CrashAfterEmits
 	// committed, when set (by tests), hears of every commit of a
 	// partition's state: the next offset and the decisions it held.
 	committed func(part int, next int64, decided []projections.Decision)
@@ -124,8 +127,8 @@ func Open(o Options) (*Projector, error) {
 		o: o, log: log.With("component", "projector"), db: db,
 		tel: tel, lag: tel.ConsumerLag(telemetry.ConsumerProjector),
 		out:    kafkalog.NewWriter(o.Kafka, o.Kafka.DecisionsTopic(), kafkalog.WriterOptions{Logger: log, MaxAttempts: 10, Telemetry: tel}),
-		notify: newBroadcast(),
-		crash:  consumer.CrashAfter(o.CrashAfterEmits, log.With("component", "projector")),
+		notify: newBroadcast(), progress: newBroadcast(),
+		crash: consumer.CrashAfter(o.CrashAfterEmits, log.With("component", "projector")),
 	}, nil
 }
 
@@ -480,6 +483,9 @@ func (p *Projector) foldPart(ctx context.Context, part int, folds map[string]*pr
 	p.record(ctx, part, window, decided, causes, acked)
 	if len(decided) > 0 {
 		p.notify.fire()
+	}
+	if p.progress != nil {
+		p.progress.fire()
 	}
 	return n, nil
 }

@@ -72,6 +72,9 @@ func TestBadRequestsNeverReachTheEngine(t *testing.T) {
 		{"chat without messages", "/r/run/a/a1/v1/chat/completions", []byte(`{"model":"m"}`), nil, 400, "bad_request"},
 		{"token-in route without ids", "/r/run/a/a1/inference/v1/generate", []byte(`{"token_ids":"hello"}`), nil, 400, "bad_prompt"},
 		{"unknown route", "/r/run/a/a1/v1/embeddings", chat, nil, 404, "not_found"},
+		// A sound request in strict mode with the ledger away: whether the
+		// attempt was started cannot be known, so it is not forwarded.
+		{"strict, the ledger unreachable", "/r/run/a/a1/v1/chat/completions", chat, nil, 503, "ledger_unavailable"},
 	}
 	for _, c := range cases {
 		status, body := post(c.path, c.body, c.header...)
@@ -87,7 +90,8 @@ func TestBadRequestsNeverReachTheEngine(t *testing.T) {
 		t.Errorf("the engine was sent %d of the refused requests", n)
 	}
 	// An engine's own error passes through with its status and body, and
-	// records no turn.
+	// records no turn (a proxy that does not ask the ledger first).
+	rec = startProxy(t, proxy.Options{Upstreams: []string{engURL}, Engine: proxy.EngineVLLM, Ledger: "http://127.0.0.1:1", MaxBodyBytes: 1 << 16})
 	status, body := post("/r/run/a/a1/v1/chat/completions", chat, "X-Fixture", "no-such-fixture")
 	if status != http.StatusNotFound || !bytes.Contains(body, []byte("no-such-fixture")) {
 		t.Errorf("engine error: got %d %s, want the engine's 404 passed through", status, body)
@@ -126,16 +130,10 @@ func TestLedgerAuth(t *testing.T) {
 	if code, body := postJSON(t, rec.url+"/r/run-b/a/x/v1/chat/completions", req); code != 200 {
 		t.Fatalf("first request of a forbidden run: %d %s (the proxy cannot know before the ledger says)", code, body)
 	}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		if _, dead := rec.s.Pending(); dead > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the ledger's refusal never reached the proxy")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.CheckFor(t, time.Minute, "the ledger's refusal reaches the proxy", func() bool {
+		_, dead := rec.s.Pending()
+		return dead > 0
+	})
 	code, body := postJSON(t, rec.url+"/r/run-b/a/x/v1/chat/completions", req)
 	if code != http.StatusForbidden || errCode(t, body) != "ledger_refused" {
 		t.Errorf("a run the ledger refuses: got %d %s, want 403 ledger_refused", code, body)

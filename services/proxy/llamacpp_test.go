@@ -282,6 +282,8 @@ func TestLlamaCPPStreamEOS(t *testing.T) {
 		run := "proxy-eos"
 		if strict {
 			run += "-strict"
+			// --strict asks the ledger for the attempt's attempt.started.
+			schedule(t, led.url, run, &events.AttemptStarted{Attempt: "a1", Group: "g-1", Task: "t-1", Engine: "llama", VM: "vm-1"})
 		}
 		msgs := []map[string]any{{"role": "user", "content": "Reply with one word: yes or no. Is 7 prime?"}}
 		datas := readStream(t, rec.url+"/r/"+run+"/a/a1/v1/chat/completions", map[string]any{"messages": msgs, "max_tokens": 48, "temperature": 0, "stream": true})

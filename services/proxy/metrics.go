@@ -20,6 +20,9 @@ type metrics struct {
 	sendErrors prometheus.Counter
 	vocabulary *prometheus.CounterVec   // {outcome}: registered, known, failed
 	phase      *prometheus.HistogramVec // {phase}: where a recorded request's time goes
+	// attemptChecks counts --strict's questions to the ledger by answer:
+	// started, not_started, unknown, refused, unavailable.
+	attemptChecks *prometheus.CounterVec
 }
 
 // The phases of a recorded request that [metrics.phase] times.
@@ -64,7 +67,10 @@ func newMetrics(sp *spool) *metrics {
 		Help:    "Time of a recorded request's phases: forward (until the engine's answer headers), prompt_ids (the engine's template and tokenizer, asked while it generates), prompt_ids_wait (the part of it the answer waited for), build (facts encoded and checked), spool_commit (the synced commit).",
 		Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1},
 	}, []string{"phase"})
-	m.reg.MustRegister(m.requests, m.turns, m.added, m.sent, m.refused, m.sendErrors, m.vocabulary, m.phase,
+	m.attemptChecks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rolloutledger_proxy_attempt_checks_total", Help: "--strict's questions to the ledger before an attempt's first turn, by answer: started, not_started, unknown, refused, unavailable.",
+	}, []string{"outcome"})
+	m.reg.MustRegister(m.requests, m.turns, m.added, m.sent, m.refused, m.sendErrors, m.vocabulary, m.phase, m.attemptChecks,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rolloutledger_proxy_spool_facts", Help: "Facts in the spool waiting for the ledger."},

@@ -28,7 +28,8 @@ type Options struct {
 	// the ledger (default 1 GiB): past it recorded requests get 503.
 	SpoolDir      string
 	SpoolMaxBytes int64
-	// Strict refuses requests without an attempt and turns whose ids
+	// Strict refuses requests without an attempt, requests of an attempt
+	// the ledger has no attempt.started for (strict.go), and turns whose ids
 	// cannot be verified.
 	Strict bool
 	// NoVocabulary turns off registering the engine's vocabulary

@@ -34,6 +34,7 @@ type Server struct {
 	m             *metrics
 	w             weights
 	as            *attempts
+	started       *startedAttempts // --strict's check that the ledger knows an attempt
 	vocab         *registrar
 	ups           []*url.URL
 	engineVersion string
@@ -63,6 +64,7 @@ func New(o Options) (*Server, error) {
 	s.m = newMetrics(sp)
 	s.snd = newSender(sp, o.Ledger, o.Token, o.Client, o.Logger, s.m)
 	s.vocab = newRegistrar(s)
+	s.started = newStartedAttempts(s)
 	s.routes()
 	return s, nil
 }
@@ -258,6 +260,19 @@ func (s *Server) record(w http.ResponseWriter, r *http.Request, kind routeKind, 
 	ex := newExchange(kind, id, o)
 	if err := prepare(s.o.Engine, ex); err != nil {
 		s.refuse(w, rl, err)
+		return
+	}
+	// --strict: the scheduler has written the attempt's attempt.started
+	// (asked once per attempt, after the request is known to be sound).
+	if rerr := s.started.check(r.Context(), id); rerr != nil {
+		if rerr.code == "client_gone" {
+			s.m.requests.WithLabelValues(rl, "client_gone").Inc()
+			return
+		}
+		if rerr.status == http.StatusServiceUnavailable {
+			w.Header().Set("Retry-After", "5")
+		}
+		s.refuse(w, rl, rerr)
 		return
 	}
 	up := s.pick(id)

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"testing"
@@ -17,6 +18,12 @@ import (
 
 // schedule posts facts as a scheduler and verifier would.
 func schedule(t *testing.T, ledgerURL, run string, facts ...events.Fact) {
+	t.Helper()
+	scheduleWith(t, ledgerURL, "", run, facts...)
+}
+
+// scheduleWith is schedule with a ledger token ("" for none).
+func scheduleWith(t *testing.T, ledgerURL, token, run string, facts ...events.Fact) {
 	t.Helper()
 	var body bytes.Buffer
 	body.WriteByte('[')
@@ -31,13 +38,22 @@ func schedule(t *testing.T, ledgerURL, run string, facts ...events.Fact) {
 		body.Write(rec)
 	}
 	body.WriteByte(']')
-	resp, err := http.Post(ledgerURL+"/v1/events", "application/json", &body)
+	req, err := http.NewRequest(http.MethodPost, ledgerURL+"/v1/events", &body)
 	if err != nil {
 		t.Fatal(err)
 	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("scheduler facts: %s", resp.Status)
+		t.Fatalf("scheduler facts: %s %s", resp.Status, raw)
 	}
 }
 
@@ -99,36 +115,34 @@ func TestProxyTurnsTrain(t *testing.T) {
 		RolloutLogp    []float32 `json:"rollout_logprobs"`
 		PolicyVersions []int64   `json:"policy_versions"`
 	}
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
+	testenv.CheckFor(t, 3*time.Minute, "batch 1 is sealed", func() bool {
 		resp, err := http.Get(led.url + "/v1/runs/" + run + "/batches/1/samples")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if resp.StatusCode == http.StatusOK {
-			sc := bufio.NewScanner(resp.Body)
-			sc.Buffer(make([]byte, 1<<20), 1<<26)
-			for sc.Scan() {
-				samples = append(samples, struct {
-					Attempt        string    `json:"attempt"`
-					TokenIDs       []int32   `json:"token_ids"`
-					LossMask       []int     `json:"loss_mask"`
-					RolloutLogp    []float32 `json:"rollout_logprobs"`
-					PolicyVersions []int64   `json:"policy_versions"`
-				}{})
-				if err := json.Unmarshal(sc.Bytes(), &samples[len(samples)-1]); err != nil {
-					t.Fatal(err)
-				}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return false
+		}
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<26)
+		for sc.Scan() {
+			samples = append(samples, struct {
+				Attempt        string    `json:"attempt"`
+				TokenIDs       []int32   `json:"token_ids"`
+				LossMask       []int     `json:"loss_mask"`
+				RolloutLogp    []float32 `json:"rollout_logprobs"`
+				PolicyVersions []int64   `json:"policy_versions"`
+			}{})
+			if err := json.Unmarshal(sc.Bytes(), &samples[len(samples)-1]); err != nil {
+				t.Fatal(err)
 			}
-			resp.Body.Close()
-			break
 		}
-		resp.Body.Close()
-		if time.Now().After(deadline) {
-			t.Fatalf("batch 1 not sealed after 3 minutes: %s", resp.Status)
+		if err := sc.Err(); err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return true
+	})
 	// The explorer shows the proxy's turns, with their tokens.
 	for _, att := range []string{"a-1", "a-2"} {
 		resp, err := http.Get(led.url + "/v1/runs/" + run + "/explore/attempts/" + att)

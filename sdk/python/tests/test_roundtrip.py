@@ -28,6 +28,10 @@ def test_every_fact_type_round_trip(ledger, run_id):
 
     assert check_for(lambda: ledger.status(run_id)["batches_sealed"] >= 2, what="two sealed batches")
     assert ledger.task(run_id, "t-1")["decision"] == "admitted"
+    # Read after every acknowledged fact: the projector has folded them all.
+    a0 = ledger.attempt_status(run_id, "train-0/a0")
+    assert a0["started"] and a0["group"] == "train-0" and a0["rewarded"] and a0["done"]
+    assert ledger.attempt_status(run_id, "train-0/a-never") is None
 
     batches = list(ledger.batches(run_id, start_after=0, max_batches=2, wait=5))
     assert [b.seq for b in batches] == [1, 2]

@@ -67,7 +67,7 @@ The scheduler still writes run.started, groups, attempts and rewards.`,
 	f.StringVar(&o.Token, "token", "", "bearer token for the ledger, a producer token scoped to the runs (default $ROLLOUTLEDGER_TOKEN); never sent to an engine")
 	f.StringVar(&o.SpoolDir, "spool", "./.rolloutledger-proxy", "directory of the spool: turns not yet acknowledged by the ledger, and each attempt's state")
 	f.Int64Var(&o.SpoolMaxBytes, "spool-max-bytes", proxy.DefaultSpoolMaxBytes, "cap on facts waiting for the ledger; past it recorded requests get 503")
-	f.BoolVar(&o.Strict, "strict", false, "refuse requests that name no attempt, and turns whose token ids cannot be verified")
+	f.BoolVar(&o.Strict, "strict", false, "refuse requests that name no attempt or an attempt the ledger has no attempt.started for (asked once per attempt), and turns whose token ids cannot be verified")
 	f.StringVar(&o.AdminToken, "admin-token", "", "token required by POST /admin/weight-version and the engines' update routes (default $ROLLOUTLEDGER_PROXY_ADMIN_TOKEN; unset: loopback clients only)")
 	f.Int64Var(&o.PolicyVersion, "policy-version", 0, "the policy version the engines serve at start, until the trainer announces another")
 	f.StringVar(&o.Source, "source", proxy.DefaultSource, "producer identity written into every fact")

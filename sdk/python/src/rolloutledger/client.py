@@ -444,6 +444,22 @@ class Ledger:
             raise ValueError(f"{task!r} is not a task id")
         return self._get(self._run_path(run) + "/tasks/" + urllib.parse.quote(task, safe="/:")).json()
 
+    def attempt_status(self, run: str, attempt: str, wait: float = 10.0) -> dict | None:
+        """What the ledger knows of an attempt: {"attempt", "started",
+        "group", "task", "retry_of", "turns", "finished", "failed",
+        "rewarded", "done"}, or None when no fact names it. Read after every
+        fact the ledger acknowledged before the call: the ledger waits up to
+        ``wait`` seconds (at most 300) for its projector to fold that far,
+        and the client retries while it has not (503 projector_behind)."""
+        if not valid_entity_id(attempt):
+            raise ValueError(f"{attempt!r} is not an attempt id")
+        wait = max(0.0, min(float(wait), _MAX_WAIT))
+        path = f"{self._run_path(run)}/attempts/{urllib.parse.quote(attempt, safe='/:')}?wait={int(wait * 1000)}ms"
+        resp = self._get(path, timeout=wait + self.timeout, ok=(200, 404))
+        if resp.status == 404:
+            return None
+        return resp.json()
+
     def batch(self, run: str, seq: int) -> Batch:
         """Sealed batch ``seq`` (NotFoundError if not sealed yet)."""
         return Batch.from_json(self._get(f"{self._run_path(run)}/batches/{int(seq)}").body, self)
