@@ -122,7 +122,9 @@ type policy struct {
 	fact projections.FactPosition
 }
 
-// Finding is an audit.finding decision and the fact that caused it.
+// Finding is an audit.finding decision and the fact that caused it. Seq
+// is 0, and Fact names a position with no fact sequence number, for a
+// misrouted finding, which no fold numbers.
 type Finding struct {
 	Seq  uint64                   `json:"seq"`
 	Fact projections.FactPosition `json:"fact"`
@@ -260,8 +262,14 @@ func (m *Model) Decision(value []byte) error {
 		return nil
 	}
 	m.decided[env.ID] = true
-	m.kindSeq[env.Type]++
-	seq := m.kindSeq[env.Type]
+	// A misrouted finding is made outside the run's fold, which numbers
+	// every other decision (docs/design.md §11.2): it has no sequence
+	// number, and takes none from the findings the fold numbers.
+	var seq uint64
+	if !projections.IsMisrouted(env) {
+		m.kindSeq[env.Type]++
+		seq = m.kindSeq[env.Type]
+	}
 	if err := m.audit.Decision(projections.Decision{ID: env.ID, Run: env.Run, Kind: env.Type, Seq: seq, Value: value}); err != nil {
 		return err
 	}

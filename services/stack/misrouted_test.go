@@ -2,9 +2,11 @@ package stack_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -153,6 +155,41 @@ func TestMisroutedFindingsVisible(t *testing.T) {
 	}
 	if st := status(); st.Findings != uint64(len(a.Findings)) {
 		t.Errorf("status findings: got %d, the audit lists %d", st.Findings, len(a.Findings))
+	}
+
+	// The explorer: the audit's findings, the misrouted ones unnumbered
+	// (no fold numbers them) and the fold's numbered as the audit numbers
+	// them, whatever order the decisions topic holds them in.
+	type shown struct {
+		Seq  uint64                   `json:"seq"`
+		Kind string                   `json:"kind"`
+		Fact projections.FactPosition `json:"fact"`
+	}
+	var view struct {
+		Findings    int     `json:"findings"`
+		FindingList []shown `json:"finding_list"`
+	}
+	testenv.CheckFor(t, time.Minute, "the explorer shows every finding", func() bool {
+		code, b := get(t, s.URL()+"/v1/runs/"+run+"/explore")
+		if code != http.StatusOK {
+			t.Fatalf("explorer: %d %s", code, b)
+		}
+		if err := json.Unmarshal(b, &view); err != nil {
+			t.Fatal(err)
+		}
+		return view.Findings >= len(a.Findings)
+	})
+	var want []shown
+	for _, f := range a.Findings {
+		want = append(want, shown{Seq: f.Seq, Kind: f.Finding.Kind, Fact: f.Fact})
+	}
+	order := func(x, y shown) int {
+		return cmp.Or(cmp.Compare(x.Seq, y.Seq), cmp.Compare(x.Fact.Partition, y.Fact.Partition), cmp.Compare(x.Fact.Offset, y.Fact.Offset))
+	}
+	slices.SortFunc(want, order)
+	slices.SortFunc(view.FindingList, order)
+	if view.Findings != len(a.Findings) || !slices.Equal(view.FindingList, want) {
+		t.Errorf("the explorer shows %d findings %+v, the audit %+v", view.Findings, view.FindingList, want)
 	}
 	var text, html bytes.Buffer
 	if err := report.WriteText(&text, report.Data{Audit: a, Verify: v}); err != nil {

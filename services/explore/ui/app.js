@@ -510,7 +510,7 @@ const views = {
     <div class="grid">${charts.join("")}</div>
     <h2>Steps</h2><table><thead><tr><th>step</th><th class="num">groups</th><th class="num">attempts</th><th class="num">pass rate</th><th>dropped</th><th class="num">masked tokens</th><th class="num">tokens/solve</th><th class="num">infra lost</th><th class="num">loss</th><th>trainer</th></tr></thead><tbody>${rows}</tbody></table>
     ${!all && S.length > 100 ? `<p>${link(hRun(run) + "?steps=all", "show all " + S.length + " steps")}</p>` : ""}
-    ${d.finding_list.length ? `<h2>Findings</h2><table><thead><tr><th>#</th><th>kind</th><th>fact</th><th>detail</th></tr></thead><tbody>${d.finding_list.map((f) => `<tr><td>${f.seq}</td><td>${esc(f.kind)}</td><td>${f.fact.seq}</td><td style="white-space:normal">${esc(f.detail)}${f.attempt ? " · " + link(hAttempt(run, f.attempt), f.attempt) : f.group ? " · " + link(hGroup(run, f.group), f.group) : ""}</td></tr>`).join("")}</tbody></table>` : ""}` };
+    ${d.finding_list.length ? `<h2>Findings</h2><table><thead><tr><th>#</th><th>kind</th><th>fact</th><th>detail</th></tr></thead><tbody>${d.finding_list.map((f) => `<tr><td>${f.seq || "–"}</td><td>${esc(f.kind)}</td><td>${f.fact.seq || `partition ${f.fact.partition}, offset ${f.fact.offset} (outside the run's partition)`}</td><td style="white-space:normal">${esc(f.detail)}${f.attempt ? " · " + link(hAttempt(run, f.attempt), f.attempt) : f.group ? " · " + link(hGroup(run, f.group), f.group) : ""}</td></tr>`).join("")}</tbody></table>` : ""}` };
   },
 
   async step(q, run, seq) {
