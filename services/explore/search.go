@@ -62,9 +62,11 @@ type SearchView struct {
 }
 
 // searchPos is where a search stands: the attempt's place in the order
-// started, a turn number (not its place, so a cursor stays right while
-// turns arrive out of order) and a field code: 0 the text, 1+2k the
-// turn's k-th tool call's input, 2+2k its output.
+// started, a turn number and a field code — 0 the text, 1+2c the input of
+// the turn's tool call number c, 2+2c its output — numbers, not places,
+// so a cursor stays right while turns and calls arrive out of order. Text
+// that arrives behind a cursor is not on the following pages (a page never
+// repeats a hit); a new search finds it.
 type searchPos struct {
 	attempt, turn, field int
 }
@@ -215,26 +217,30 @@ func (m *Model) Search(q, cursor string, limit int) (SearchView, error) {
 			if ai == pos.attempt && t.Turn == pos.turn {
 				first = pos.field
 			}
-			for code := first; code <= 2*len(t.tools); code++ {
-				var hit bool
-				if code == 0 {
-					hit = scan(a, t.Turn, "text", t.Text, nil, "")
-				} else {
-					c := t.tools[(code-1)/2]
-					call := c.Call
-					if code%2 == 1 {
-						hit = scan(a, t.Turn, "tool_input", c.Input, &call, c.Tool)
-					} else {
-						hit = scan(a, t.Turn, "tool_output", c.Output, &call, c.Tool)
-					}
-				}
+			// Fields are coded by the tool call's number, not its place in
+			// the turn, so a call that arrives between two pages moves no
+			// other call's code: a page never repeats a hit.
+			stop := func(hit bool, code int) bool {
 				next := searchPos{ai, t.Turn, code + 1}
 				switch {
 				case hit && len(v.Hits) >= limit:
 					v.Next, v.Stopped, v.Searched = next.String(), "hits", ai
-					return v, nil
+					return true
 				case v.Scanned >= SearchScanBytes:
 					v.Next, v.Stopped, v.Searched = next.String(), "bytes", ai
+					return true
+				}
+				return false
+			}
+			if first == 0 && stop(scan(a, t.Turn, "text", t.Text, nil, ""), 0) {
+				return v, nil
+			}
+			for _, c := range t.tools {
+				call := c.Call
+				if code := 1 + 2*call; code >= first && stop(scan(a, t.Turn, "tool_input", c.Input, &call, c.Tool), code) {
+					return v, nil
+				}
+				if code := 2 + 2*call; code >= first && stop(scan(a, t.Turn, "tool_output", c.Output, &call, c.Tool), code) {
 					return v, nil
 				}
 			}

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rolloutledger/rolloutledger/events"
 	"github.com/rolloutledger/rolloutledger/internal/auth"
@@ -109,6 +110,53 @@ func TestSearchPages(t *testing.T) {
 		if strings.Join(hitKeys(got), ",") != strings.Join(hitKeys(all.Hits), ",") {
 			t.Errorf("limit %d: pages hold %v, want %v", limit, hitKeys(got), hitKeys(all.Hits))
 		}
+	}
+}
+
+// A tool call that arrives between two pages, numbered before calls the
+// first page found, moves no cursor: the next page repeats nothing, and
+// goes on with the calls after the cursor.
+func TestSearchPagesWhileCallsArrive(t *testing.T) {
+	m := NewModel("r")
+	feed(m, &events.GroupStarted{Group: "g", Task: "t", Size: 1, Purpose: events.PurposeTrain},
+		&events.AttemptStarted{Attempt: "g/a", Group: "g", Task: "t", Engine: "e", VM: "v"},
+		&events.TurnGenerated{Attempt: "g/a", Turn: 0, CompletionTokens: 3, VersionSegments: events.SingleVersion(0), Finish: events.FinishToolCall, Text: "no match"},
+		&events.ToolCalled{Attempt: "g/a", Turn: 0, Call: 2, Tool: "bash", Input: "needle two", Output: "-"},
+		&events.ToolCalled{Attempt: "g/a", Turn: 0, Call: 3, Tool: "bash", Input: "needle three", Output: "-"})
+	first, err := m.Search("needle", "", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := hitKeys(first.Hits); strings.Join(got, ",") != "g/a/0/tool_input#2×1" || first.Next == "" {
+		t.Fatalf("the first page: %v, next %q; want call 2's input and a cursor", got, first.Next)
+	}
+	// Calls 0 and 1 arrive late, before the cursor's call.
+	feed2 := []events.Fact{
+		&events.ToolCalled{Attempt: "g/a", Turn: 0, Call: 0, Tool: "bash", Input: "needle zero", Output: "-"},
+		&events.ToolCalled{Attempt: "g/a", Turn: 0, Call: 1, Tool: "bash", Input: "needle one", Output: "-"},
+	}
+	for i, f := range feed2 {
+		ev := events.New("r", "test", time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), f)
+		v, err := events.Encode(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Fact(0, int64(100+i), v, ev)
+	}
+	var rest []SearchHit
+	for cursor := first.Next; cursor != ""; {
+		v, err := m.Search("needle", cursor, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rest = append(rest, v.Hits...)
+		cursor = v.Next
+	}
+	if got := hitKeys(rest); strings.Join(got, ",") != "g/a/0/tool_input#3×1" {
+		t.Errorf("the pages after the cursor: %v, want call 3's input only (nothing repeated)", got)
+	}
+	if all, _ := m.Search("needle", "", MaxSearchHits); len(all.Hits) != 4 {
+		t.Errorf("a new search finds %d hits, want all 4", len(all.Hits))
 	}
 }
 
