@@ -130,6 +130,10 @@ type compiledRules struct {
 	ruleSet
 	spec         *spec
 	defaultValue reflect.Value // rs.defaults, or invalid
+	defaultSpec  *spec         // defaultValue's spec, or nil
+	// field and requiredBy are the spec's field index of each rule's
+	// Field and RequiredBy (-1 for none): looked up once, not per fact.
+	field, requiredBy []int
 	keys         []*regexp.Regexp
 	messages     [][]segment
 }
@@ -151,6 +155,7 @@ func compileRules(t reflect.Type, s *spec) *compiledRules {
 	c := &compiledRules{ruleSet: rs, spec: s}
 	if rs.defaults != nil {
 		c.defaultValue = reflect.ValueOf(rs.defaults)
+		c.defaultSpec = specOf(c.defaultValue.Type())
 	}
 	bad := func(r rule, format string, args ...any) {
 		panic(fmt.Sprintf("events: rule on %s.%s: %s", t.Name(), r.Field, fmt.Sprintf(format, args...)))
@@ -166,6 +171,12 @@ func compileRules(t reflect.Type, s *spec) *compiledRules {
 			if _, ok := s.byName[n]; n != "" && !ok {
 				bad(r, "%q is not a field", n)
 			}
+		}
+		c.field = append(c.field, s.byName[r.Field])
+		if r.RequiredBy != "" {
+			c.requiredBy = append(c.requiredBy, s.byName[r.RequiredBy])
+		} else {
+			c.requiredBy = append(c.requiredBy, -1)
 		}
 		ft := s.fields[s.byName[r.Field]].typ
 		if r.Items != "" {
@@ -260,14 +271,19 @@ func lessEq(a, b number) bool {
 // is present: a nil pointer, slice or map is absent unless a default
 // stands in for it.
 func (c *compiledRules) value(rv reflect.Value, name string) (reflect.Value, bool) {
-	fv := rv.Field(c.spec.fields[c.spec.byName[name]].index)
+	return c.valueAt(rv, c.spec.byName[name])
+}
+
+// valueAt is value of the spec's field i.
+func (c *compiledRules) valueAt(rv reflect.Value, i int) (reflect.Value, bool) {
+	fs := &c.spec.fields[i]
+	fv := rv.Field(fs.index)
 	switch fv.Kind() {
 	case reflect.Pointer, reflect.Slice, reflect.Map:
 		if fv.IsNil() {
-			if c.defaultValue.IsValid() {
-				ds := specOf(c.defaultValue.Type())
-				if i, ok := ds.byName[name]; ok {
-					return c.defaultValue.Field(ds.fields[i].index), true
+			if c.defaultSpec != nil {
+				if j, ok := c.defaultSpec.byName[fs.name]; ok {
+					return c.defaultValue.Field(c.defaultSpec.fields[j].index), true
 				}
 			}
 			return reflect.Value{}, false
@@ -276,7 +292,7 @@ func (c *compiledRules) value(rv reflect.Value, name string) (reflect.Value, boo
 			return fv.Elem(), true
 		}
 	default:
-		if c.spec.fields[c.spec.byName[name]].optional && fv.IsZero() {
+		if fs.optional && fv.IsZero() {
 			return reflect.Value{}, false
 		}
 	}
@@ -331,9 +347,9 @@ func (c *compiledRules) check(rv reflect.Value, path string, all bool) []*FieldE
 
 func (c *compiledRules) checkOne(rv reflect.Value, path string, i int) *FieldError {
 	r := &c.rules[i]
-	v, present := c.value(rv, r.Field)
-	if r.RequiredBy != "" {
-		if _, other := c.value(rv, r.RequiredBy); other && !present {
+	v, present := c.valueAt(rv, c.field[i])
+	if c.requiredBy[i] >= 0 {
+		if _, other := c.valueAt(rv, c.requiredBy[i]); other && !present {
 			return c.fail(rv, path, i, v, "", nil)
 		}
 	}
@@ -580,7 +596,7 @@ func checkRules(rv reflect.Value, path string) *FieldError {
 	for _, i := range s.nested {
 		fs := &s.fields[i]
 		fv := rv.Field(fs.index)
-		fpath := join(path, fs.name)
+		fpath := fs.path(path)
 		switch fv.Kind() {
 		case reflect.Struct:
 			if fe := checkRules(fv, fpath); fe != nil {
@@ -594,7 +610,7 @@ func checkRules(rv reflect.Value, path string) *FieldError {
 			}
 		case reflect.Slice:
 			for j := 0; j < fv.Len(); j++ {
-				if fe := checkRules(fv.Index(j), fmt.Sprintf("%s[%d]", fpath, j)); fe != nil {
+				if fe := checkRules(fv.Index(j), indexPath(fpath, j)); fe != nil {
 					return fe
 				}
 			}

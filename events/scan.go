@@ -112,6 +112,24 @@ func scanObject(raw []byte, dst []member) (_ []member, ok bool) {
 // scanMembers is scanObject that also names the first key, in document
 // order, that repeats an earlier one (nil when none does).
 func scanMembers(raw []byte, dst []member) (_ []member, dup *string, ok bool) {
+	rms, dup, ok := scanRawMembers(raw, nil)
+	for _, m := range rms {
+		dst = append(dst, member{string(m.key), m.val})
+	}
+	return dst, dup, ok
+}
+
+// rawMember is a member of an object as decodeObject reads it: the key's
+// text without allocating when it holds no escape (the usual key), so
+// that looking it up in a spec costs nothing.
+type rawMember struct {
+	key []byte
+	val []byte
+}
+
+// scanRawMembers is scanMembers keeping each key as bytes: the text of
+// the key, unescaped (an escaped key alone is copied).
+func scanRawMembers(raw []byte, dst []rawMember) (_ []rawMember, dup *string, ok bool) {
 	i := skipSpace(raw, 0)
 	if i == len(raw) || raw[i] != '{' {
 		return dst, nil, false
@@ -122,23 +140,27 @@ func scanMembers(raw []byte, dst []member) (_ []member, dup *string, ok bool) {
 	}
 	for i < len(raw) {
 		end := skipString(raw, i)
-		key := unquoteKey(raw[i:end])
+		key := raw[i+1 : end-1]
+		if bytes.IndexByte(key, '\\') >= 0 {
+			key = []byte(unquoteKey(raw[i:end]))
+		}
 		i = skipSpace(raw, end)
 		i = skipSpace(raw, i+1) // ':'
 		end = skipValue(raw, i)
 		val := raw[i:end]
 		seen := false
 		for j := range dst {
-			if dst[j].key == key {
+			if bytes.Equal(dst[j].key, key) {
 				dst[j].val, seen = val, true
 				if dup == nil {
-					dup = &key
+					k := string(key)
+					dup = &k
 				}
 				break
 			}
 		}
 		if !seen {
-			dst = append(dst, member{key, val})
+			dst = append(dst, rawMember{key, val})
 		}
 		i = skipSpace(raw, end)
 		if i < len(raw) && raw[i] == '}' {

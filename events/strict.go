@@ -33,7 +33,10 @@ type spec struct {
 }
 
 type fieldSpec struct {
-	name       string
+	name string
+	// dataPath is "data." + name: the field's path in errors when it is a
+	// member of a fact's data, the common case, made once.
+	dataPath   string
 	index      int
 	typ        reflect.Type
 	optional   bool
@@ -68,7 +71,7 @@ func specOf(t reflect.Type) *spec {
 		if name == "" || name == "-" {
 			continue
 		}
-		fs := fieldSpec{name: name, index: i, typ: f.Type, optional: f.Type.Kind() == reflect.Pointer}
+		fs := fieldSpec{name: name, dataPath: "data." + name, index: i, typ: f.Type, optional: f.Type.Kind() == reflect.Pointer}
 		for opt := range strings.SplitSeq(f.Tag.Get("rl"), ",") {
 			key, val, _ := strings.Cut(opt, "=")
 			switch key {
@@ -170,8 +173,8 @@ type binaryText struct {
 // path prefixes field names in errors. st, when not nil, collects the
 // text of the object's own binary fields.
 func decodeObject(raw []byte, rv reflect.Value, path string, st *decodeState) *FieldError {
-	var buf [24]member
-	obj, dup, ok := scanMembers(raw, buf[:0])
+	var buf [24]rawMember
+	obj, dup, ok := scanRawMembers(raw, buf[:0])
 	if !ok {
 		return fieldErr(path, ErrWrongType, "want an object, got %s", jsonKind(raw))
 	}
@@ -194,10 +197,10 @@ func decodeObject(raw []byte, rv reflect.Value, path string, st *decodeState) *F
 	}
 	var unknown []string
 	for _, m := range obj {
-		if i, ok := s.byName[m.key]; ok {
+		if i, ok := s.byName[string(m.key)]; ok {
 			vals[i] = m.val
 		} else {
-			unknown = append(unknown, m.key)
+			unknown = append(unknown, string(m.key))
 		}
 	}
 	if len(unknown) > 0 {
@@ -213,7 +216,7 @@ func decodeObject(raw []byte, rv reflect.Value, path string, st *decodeState) *F
 			}
 			return fieldErr(join(path, fs.name), ErrMissingField, "required")
 		}
-		fpath := join(path, fs.name)
+		fpath := fs.path(path)
 		if isNull(val) {
 			return fieldErr(fpath, ErrWrongType, "null is not allowed")
 		}
@@ -315,7 +318,7 @@ func decodeValue(raw []byte, fv reflect.Value, fs *fieldSpec, path string, st *d
 		}
 		out := reflect.MakeSlice(t, len(items), len(items))
 		for i, item := range items {
-			if fe := decodeObject(item, out.Index(i), fmt.Sprintf("%s[%d]", path, i), st); fe != nil {
+			if fe := decodeObject(item, out.Index(i), indexPath(path, i), st); fe != nil {
 				return fe
 			}
 		}
@@ -645,6 +648,22 @@ func ValidRunID(s string) bool {
 
 func isWordByte(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
+}
+
+// path is the field's path in errors below the object at path.
+func (fs *fieldSpec) path(path string) string {
+	switch path {
+	case "":
+		return fs.name
+	case "data":
+		return fs.dataPath
+	}
+	return path + "." + fs.name
+}
+
+// indexPath is the path of element i of the array at path.
+func indexPath(path string, i int) string {
+	return path + "[" + strconv.Itoa(i) + "]"
 }
 
 func join(path, name string) string {
