@@ -134,8 +134,8 @@ type compiledRules struct {
 	// field and requiredBy are the spec's field index of each rule's
 	// Field and RequiredBy (-1 for none): looked up once, not per fact.
 	field, requiredBy []int
-	keys         []*regexp.Regexp
-	messages     [][]segment
+	keys              []*regexp.Regexp
+	messages          [][]segment
 }
 
 // placeholders are the names a message may use besides the fields'.
