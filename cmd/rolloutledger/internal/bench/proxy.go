@@ -200,9 +200,17 @@ func proxyFigures(ctx context.Context, e *env) ([]*Figure, error) {
 		Note: "the proxy forwards each event as it arrives; buffering would show here as bursts (a smaller median gap and a larger time to first chunk)"}
 	chunks := &Figure{Name: "stream: chunks through the proxy per chunk straight", Unit: "ratio", Command: cmd,
 		Note: "the same requests' SSE events counted on both sides (the proxy drops only the usage-only chunk it asked for itself)"}
+	// The engine's own slowdown: on a CPU engine the tokenizer calls the
+	// proxy makes for a chat turn's prompt ids compete with generation.
+	sideAdded := &Figure{Name: "chat, not streamed: added p50 straight, with /apply-template + /tokenize alongside", Unit: "ms", Command: cmd,
+		Note: "the same chat requests straight to the engine while a client makes the calls the proxy makes for the prompt's ids, minus plain straight: the engine slowed by its own tokenizer calls (on a GPU engine the tokenizer runs beside generation, not on its cores)"}
+	tokenNote := fmt.Sprintf("%d non-streaming token-in /v1/completions requests per run (the prompt as ids, 8 tokens, ignore_eos, cache_prompt off, each a new attempt), straight and through the proxy, alternating: the client's ids are the prompt's, so the proxy asks the engine nothing else", sz.whole)
+	tokenDirect := &Figure{Name: "completions, token-in, not streamed: latency p50, straight to llama-server", Unit: "ms", Command: cmd, Note: tokenNote}
+	tokenAdded := &Figure{Name: "completions, token-in, not streamed: added latency p50", Unit: "ms", Command: cmd,
+		Note: "p50 through the proxy minus p50 straight; the proxy's own work: reading and editing the request and answer, the facts, the spool's fsync, the extra hop"}
 	direct := &Figure{Name: "sustained requests/s straight to llama-server", Unit: "req/s", Command: cmd}
 	turns := &Figure{Name: "sustained turns/s through the proxy, spool on", Unit: "turns/s", Command: cmd}
-	figs := []*Figure{directP50, proxyP50, addedP50, addedP99, splitWait, splitIDs, splitBuild, splitSpool, splitHop, ttfcDirect, ttfcAdded, gapDirect, gapAdded, chunks, direct, turns}
+	figs := []*Figure{directP50, proxyP50, addedP50, addedP99, splitWait, splitIDs, splitBuild, splitSpool, splitHop, sideAdded, tokenDirect, tokenAdded, ttfcDirect, ttfcAdded, gapDirect, gapAdded, chunks, direct, turns}
 
 	bin, model, missing := engineFiles()
 	if missing != "" {
@@ -298,6 +306,51 @@ func proxyFigures(ctx context.Context, e *env) ([]*Figure, error) {
 		splitSpool.Runs = append(splitSpool.Runs, mean("spool_commit"))
 		splitHop.Runs = append(splitHop.Runs, avg(p)-avg(d)-mean("prompt_ids_wait")-mean("build")-mean("spool_commit"))
 
+		e.log.Info("proxy: the engine's tokenizer calls alongside", "run", r+1)
+		var plain, side []float64
+		for i := range sz.whole {
+			msg := fmt.Sprintf("request %d of run %d: say something", i, r)
+			body := chatBody(msg, 8, false)
+			a, err := pb.whole(ctx, pb.engine, body)
+			if err != nil {
+				return nil, err
+			}
+			b, err := pb.wholeWithTokenizer(ctx, body, msg)
+			if err != nil {
+				return nil, err
+			}
+			plain, side = append(plain, a), append(side, b)
+		}
+		sideAdded.Runs = append(sideAdded.Runs, quantile(side, 0.5)-quantile(plain, 0.5))
+
+		e.log.Info("proxy: token-in completions", "run", r+1)
+		prompt, err := pb.tokenize(ctx, "<|im_start|>user\nsay something<|im_end|>\n<|im_start|>assistant\n")
+		if err != nil {
+			return nil, err
+		}
+		tbody, _ := json.Marshal(map[string]any{"prompt": prompt, "max_tokens": 8, "temperature": 0, "ignore_eos": true, "cache_prompt": false})
+		var td, tp []float64
+		for i := range sz.whole {
+			first, second := pb.engine, pb.attemptURL(fmt.Sprintf("token-in-%d-%d", r, i))
+			if i%2 == 1 {
+				first, second = second, first
+			}
+			a, err := pb.wholeAt(ctx, first, "/v1/completions", tbody)
+			if err != nil {
+				return nil, err
+			}
+			b, err := pb.wholeAt(ctx, second, "/v1/completions", tbody)
+			if err != nil {
+				return nil, err
+			}
+			if i%2 == 1 {
+				a, b = b, a
+			}
+			td, tp = append(td, a), append(tp, b)
+		}
+		tokenDirect.Runs = append(tokenDirect.Runs, quantile(td, 0.5))
+		tokenAdded.Runs = append(tokenAdded.Runs, quantile(tp, 0.5)-quantile(td, 0.5))
+
 		e.log.Info("proxy: streams", "run", r+1)
 		var dt, pt, dg, pg []float64
 		var dn, pn int
@@ -345,6 +398,7 @@ func proxyFigures(ctx context.Context, e *env) ([]*Figure, error) {
 		direct.Note = "the same load sent straight to the engine (-np " + strconv.Itoa(sz.workers) + "); the proxy's rate is set against it"
 	}
 	addedP50.link = func(map[string]*Figure) { addedP50.goalAtMost(1, "<= 1 ms") }
+	tokenAdded.link = func(map[string]*Figure) { tokenAdded.goalAtMost(1, "<= 1 ms") }
 	chunks.link = func(map[string]*Figure) { chunks.goalAtLeast(1, "= 1 (no chunk held back)") }
 	turns.link = func(map[string]*Figure) { turns.against(direct, 0.9, ">= 90% of straight") }
 	return figs, nil
@@ -369,7 +423,11 @@ func chatBody(user string, tokens int, stream bool) []byte {
 }
 
 func (pb *proxyBench) post(ctx context.Context, base string, body []byte) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", bytes.NewReader(body))
+	return pb.postTo(ctx, base, "/v1/chat/completions", body)
+}
+
+func (pb *proxyBench) postTo(ctx context.Context, base, route string, body []byte) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+route, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
@@ -390,10 +448,60 @@ func (pb *proxyBench) post(ctx context.Context, base string, body []byte) (*http
 	return resp, nil
 }
 
-// whole times one non-streaming request to its last byte, in ms.
+// whole times one non-streaming chat request to its last byte, in ms.
 func (pb *proxyBench) whole(ctx context.Context, base string, body []byte) (float64, error) {
+	return pb.wholeAt(ctx, base, "/v1/chat/completions", body)
+}
+
+// wholeWithTokenizer is whole straight to the engine while the calls the
+// proxy makes for a chat turn's prompt ids run beside it.
+func (pb *proxyBench) wholeWithTokenizer(ctx context.Context, body []byte, user string) (float64, error) {
+	done := make(chan error, 1)
+	go func() {
+		var tpl struct {
+			Prompt string `json:"prompt"`
+		}
+		if err := pb.engineJSON(ctx, "/apply-template", map[string]any{"messages": []map[string]string{{"role": "user", "content": user}}}, &tpl); err != nil {
+			done <- err
+			return
+		}
+		_, err := pb.tokenize(ctx, tpl.Prompt)
+		done <- err
+	}()
+	ms, err := pb.whole(ctx, pb.engine, body)
+	if serr := <-done; err == nil {
+		err = serr
+	}
+	return ms, err
+}
+
+// tokenize is the engine's ids of text, special tokens parsed.
+func (pb *proxyBench) tokenize(ctx context.Context, text string) ([]int32, error) {
+	var tok struct {
+		Tokens []int32 `json:"tokens"`
+	}
+	err := pb.engineJSON(ctx, "/tokenize", map[string]any{"content": text, "add_special": true, "parse_special": true}, &tok)
+	return tok.Tokens, err
+}
+
+// engineJSON posts body to one of the engine's routes and decodes its answer.
+func (pb *proxyBench) engineJSON(ctx context.Context, route string, body, out any) error {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	resp, err := pb.postTo(ctx, pb.engine, route, b)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	return json.NewDecoder(resp.Body).Decode(out)
+}
+
+// wholeAt times one non-streaming request to route to its last byte, in ms.
+func (pb *proxyBench) wholeAt(ctx context.Context, base, route string, body []byte) (float64, error) {
 	t0 := time.Now()
-	resp, err := pb.post(ctx, base, body)
+	resp, err := pb.postTo(ctx, base, route, body)
 	if err != nil {
 		return 0, err
 	}
