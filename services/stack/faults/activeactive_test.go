@@ -65,24 +65,40 @@ func activeActive(t *testing.T, pause bool) {
 		return startChild(t, childSpec{Addr: addr, Brokers: kc.Brokers, Prefix: kc.TopicPrefix,
 			Only: []string{stack.ServiceProjector, stack.ServiceAPI}, DataDir: dir}, out)
 	}
-	var outA, outA2, outB testenv.LogBuffer
-	addrA, addrB := freeAddr(t), freeAddr(t)
-	dirA, dirB := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
-	a := replica(addrA, &outA, dirA)
-	replica(addrB, &outB, dirB)
+	// Two replicas; the one the gateway picks as its api primary is the
+	// one disrupted (which it picks depends on which answered its health
+	// check first, and it keeps it while healthy).
+	var outs [2]testenv.LogBuffer
+	var outRestarted testenv.LogBuffer
+	addrs := [2]string{freeAddr(t), freeAddr(t)}
+	dirs := [2]string{filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")}
+	var kids [2]*child
+	for i := range kids {
+		kids[i] = replica(addrs[i], &outs[i], dirs[i])
+	}
 	defer func() {
 		if t.Failed() {
-			t.Logf("replica a:\n%s\nreplica a, restarted:\n%s\nreplica b:\n%s", outA.String(), outA2.String(), outB.String())
+			t.Logf("replica a:\n%s\nreplica b:\n%s\nthe disrupted replica, restarted:\n%s", outs[0].String(), outs[1].String(), outRestarted.String())
 		}
 	}()
-	urlA, urlB := "http://"+addrA, "http://"+addrB
+	urlA, urlB := "http://"+addrs[0], "http://"+addrs[1]
 	ing := startStack(t, stack.Options{Kafka: kc, Only: []string{stack.ServiceIngest}})
 	startStack(t, stack.Options{Kafka: kc, Only: []string{stack.ServicePgsink}, DatabaseURL: url, PostgresSchema: live})
 	gw := startStack(t, stack.Options{Only: []string{stack.ServiceGateway}, Upstreams: []string{ing.URL(), urlA, urlB}})
-	testenv.CheckFor(t, 3*time.Minute, "the gateway sees both replicas healthy, a primary", func() bool {
+	primary := -1
+	testenv.CheckFor(t, 3*time.Minute, "the gateway sees both replicas healthy, one its api primary", func() bool {
 		h, ok := gw.Gateway().Health()
-		return ok && h.Upstreams[1].Healthy && h.Upstreams[2].Healthy && h.Upstreams[1].Primary
+		if !ok || !h.Upstreams[1].Healthy || !h.Upstreams[2].Healthy {
+			return false
+		}
+		for i := range 2 {
+			if h.Upstreams[1+i].Primary {
+				primary = i
+			}
+		}
+		return primary >= 0
 	})
+	victim, name, other := kids[primary], [2]string{"a", "b"}[primary], [2]string{"a", "b"}[1-primary]
 
 	plan := generate(t, "aa-run", 71)
 	want := undisturbed(t, plan, 32)
@@ -100,35 +116,36 @@ func activeActive(t *testing.T, pause bool) {
 	go func() { trained <- tr.train(ctx, len(batches)) }()
 
 	waitTrainerBatch(t, tr, trained, plan.Run, "batch 1 reaches the trainer", urlA, urlB)
-	// The trainer now long-polls batch 2 on replica a, the primary.
+	// The trainer now long-polls batch 2 on the primary.
 	what := "killed"
 	if pause {
 		what = "stopped"
-		if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		if err := victim.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
 	} else {
-		if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		<-a.exited
+		<-victim.exited
 	}
 	select {
 	case err := <-pushed:
 		pushed <- err
-		t.Logf("replica a %s after batch 1, the run all ingested", what)
+		t.Logf("replica %s (the primary) %s after batch 1, the run all ingested", name, what)
 	default:
-		t.Logf("replica a %s after batch 1, while the run is being ingested", what)
+		t.Logf("replica %s (the primary) %s after batch 1, while the run is being ingested", name, what)
 	}
-	waitTrainerBatch(t, tr, trained, plan.Run, "batch 2 reaches the trainer after replica a was "+what, urlA, urlB)
+	waitTrainerBatch(t, tr, trained, plan.Run, "batch 2 reaches the trainer after replica "+name+" was "+what, urlA, urlB)
 	if pause {
-		// Replica a goes on where it stopped.
-		if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		// The stopped replica goes on where it stopped.
+		if err := victim.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 			t.Fatal(err)
 		}
 	} else {
-		// Replica a comes back on its address and resumes from its state.
-		replica(addrA, &outA2, dirA)
+		// The killed replica comes back on its address and resumes from
+		// its state.
+		replica(addrs[primary], &outRestarted, dirs[primary])
 	}
 	for k := 3; k <= len(batches); k++ {
 		waitTrainerBatch(t, tr, trained, plan.Run, fmt.Sprintf("batch %d reaches the trainer", k), urlA, urlB)
@@ -140,8 +157,8 @@ func activeActive(t *testing.T, pause bool) {
 		t.Fatalf("trainer: %v", err)
 	}
 
-	if h, _ := gw.Gateway().Health(); !h.Upstreams[2].Primary {
-		t.Errorf("the gateway's api primary is not replica b after a was %s: %s", what, mustJSON(h))
+	if h, _ := gw.Gateway().Health(); !h.Upstreams[1+(1-primary)].Primary {
+		t.Errorf("the gateway's api primary is not replica %s after %s was %s: %s", other, name, what, mustJSON(h))
 	}
 
 	// Every batch, in order, the bytes the log implies.
