@@ -1,22 +1,20 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/rolloutledger/rolloutledger/events"
 	"github.com/rolloutledger/rolloutledger/internal/auth"
 	"github.com/rolloutledger/rolloutledger/internal/httpx"
 	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/internal/testenv"
+	"github.com/rolloutledger/rolloutledger/internal/testenv/ledgertest"
 	"github.com/rolloutledger/rolloutledger/services/ingest"
 	"github.com/rolloutledger/rolloutledger/services/projector"
 )
@@ -55,28 +53,7 @@ func TestAttemptLookup(t *testing.T) {
 	const run = "lookup-run"
 	post := func(facts ...events.Fact) {
 		t.Helper()
-		var body bytes.Buffer
-		body.WriteByte('[')
-		for i, f := range facts {
-			rec, err := events.Encode(events.New(run, "scheduler", time.Now(), f))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if i > 0 {
-				body.WriteByte(',')
-			}
-			body.Write(rec)
-		}
-		body.WriteByte(']')
-		resp, err := http.Post(srv.URL+"/v1/events", "application/json", &body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("posting facts: %s %s", resp.Status, raw)
-		}
+		ledgertest.Post(t, srv.URL, "", run, "scheduler", facts...)
 	}
 	ask := func(attempt, wait string) (int, map[string]any) {
 		t.Helper()

@@ -7,7 +7,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -73,6 +75,24 @@ func (r *recorder) waitDelivered(t *testing.T) {
 		}
 		return waiting == 0
 	})
+}
+
+// metricCount reads a counter of the proxy's /metrics with one label,
+// outcome (0 when absent).
+func metricCount(t *testing.T, proxyURL, name, outcome string) int {
+	t.Helper()
+	resp, err := http.Get(proxyURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + `\{outcome="` + regexp.QuoteMeta(outcome) + `"\} (\d+)$`).FindSubmatch(raw)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(string(m[1]))
+	return n
 }
 
 // jsonRequest is a POST of body as JSON with the given header pairs.

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -22,18 +20,7 @@ import (
 // for an answer (0 when absent).
 func attemptChecks(t *testing.T, proxyURL, outcome string) int {
 	t.Helper()
-	resp, err := http.Get(proxyURL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	m := regexp.MustCompile(`(?m)^rolloutledger_proxy_attempt_checks_total\{outcome="` + outcome + `"\} (\d+)$`).FindSubmatch(raw)
-	if m == nil {
-		return 0
-	}
-	n, _ := strconv.Atoi(string(m[1]))
-	return n
+	return metricCount(t, proxyURL, "rolloutledger_proxy_attempt_checks_total", outcome)
 }
 
 // TestStrictAsksTheLedger: with --strict, an attempt's first request is

@@ -2,10 +2,8 @@ package proxy_test
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"testing"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/rolloutledger/rolloutledger/events"
 	"github.com/rolloutledger/rolloutledger/internal/testenv"
+	"github.com/rolloutledger/rolloutledger/internal/testenv/ledgertest"
 	"github.com/rolloutledger/rolloutledger/services/proxy"
 )
 
@@ -25,36 +24,7 @@ func schedule(t *testing.T, ledgerURL, run string, facts ...events.Fact) {
 // scheduleWith is schedule with a ledger token ("" for none).
 func scheduleWith(t *testing.T, ledgerURL, token, run string, facts ...events.Fact) {
 	t.Helper()
-	var body bytes.Buffer
-	body.WriteByte('[')
-	for i, f := range facts {
-		rec, err := events.Encode(events.New(run, "scheduler", time.Now(), f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if i > 0 {
-			body.WriteByte(',')
-		}
-		body.Write(rec)
-	}
-	body.WriteByte(']')
-	req, err := http.NewRequest(http.MethodPost, ledgerURL+"/v1/events", &body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("scheduler facts: %s %s", resp.Status, raw)
-	}
+	ledgertest.Post(t, ledgerURL, token, run, "scheduler", facts...)
 }
 
 func ptr[T any](v T) *T { return &v }

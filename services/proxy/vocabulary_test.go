@@ -5,12 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
-	"regexp"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -24,18 +21,7 @@ import (
 // for an outcome (0 when absent).
 func vocabularyCount(t *testing.T, proxyURL, outcome string) int {
 	t.Helper()
-	resp, err := http.Get(proxyURL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	m := regexp.MustCompile(`(?m)^rolloutledger_proxy_vocabulary_total\{outcome="` + outcome + `"\} (\d+)$`).FindSubmatch(raw)
-	if m == nil {
-		return 0
-	}
-	n, _ := strconv.Atoi(string(m[1]))
-	return n
+	return metricCount(t, proxyURL, "rolloutledger_proxy_vocabulary_total", outcome)
 }
 
 // waitVocabulary waits until the proxy counts n runs of an outcome.

@@ -10,6 +10,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"regexp"
 	"testing"
 	"time"
@@ -213,5 +215,42 @@ func SameTables(t testing.TB, conn *pgx.Conn, a, b string, meaningOnly bool) {
 		if onlyA != 0 || onlyB != 0 || na != nb {
 			t.Errorf("table %s: %d rows in %s, %d in %s; %d only in the first, %d only in the second", table, na, a, nb, b, onlyA, onlyB)
 		}
+	}
+}
+
+// Post appends facts of run to the ledger at url (POST /v1/events), as
+// source, with token ("" for none), in one request, and fails the test
+// unless the ledger acknowledges them all.
+func Post(t testing.TB, url, token, run, source string, facts ...events.Fact) {
+	t.Helper()
+	var body bytes.Buffer
+	body.WriteByte('[')
+	for i, f := range facts {
+		rec, err := events.Encode(events.New(run, source, time.Now(), f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i > 0 {
+			body.WriteByte(',')
+		}
+		body.Write(rec)
+	}
+	body.WriteByte(']')
+	req, err := http.NewRequest(http.MethodPost, url+"/v1/events", &body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("posting %d facts of %s: %s %s", len(facts), run, resp.Status, raw)
 	}
 }
