@@ -92,6 +92,17 @@ func seqParam(w http.ResponseWriter, s string, name string, lo, hi uint64) (uint
 	return n, true
 }
 
+// entityParam reads the entity id a route names as {name} (a task, an
+// attempt), answering 400 "... is not <what>" when it is not one.
+func entityParam(w http.ResponseWriter, r *http.Request, name, what string) (string, bool) {
+	id := r.PathValue(name)
+	if !events.ValidEntityID(id) {
+		httpx.WriteError(w, http.StatusBadRequest, "invalid_value", fmt.Sprintf("%q is not %s", id, what))
+		return "", false
+	}
+	return id, true
+}
+
 // waitParam reads a long poll's wait, def when absent, answering 400
 // naming it when it is not a duration between 0 and MaxWait.
 func waitParam(w http.ResponseWriter, ws string, def time.Duration) (time.Duration, bool) {
@@ -185,9 +196,8 @@ func (s *Service) task(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	task := r.PathValue("task")
-	if !events.ValidEntityID(task) {
-		httpx.WriteError(w, http.StatusBadRequest, "invalid_value", fmt.Sprintf("%q is not a task id", task))
+	task, ok := entityParam(w, r, "task", "a task id")
+	if !ok {
 		return
 	}
 	d, err := s.Projector.Task(run, task)

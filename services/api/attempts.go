@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/rolloutledger/rolloutledger/events"
 	"github.com/rolloutledger/rolloutledger/internal/httpx"
 	"github.com/rolloutledger/rolloutledger/services/projector"
 )
@@ -29,9 +28,8 @@ func (s *Service) attempt(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	attempt := r.PathValue("attempt")
-	if !events.ValidEntityID(attempt) {
-		httpx.WriteError(w, http.StatusBadRequest, "invalid_value", fmt.Sprintf("%q is not an attempt id", attempt))
+	attempt, ok := entityParam(w, r, "attempt", "an attempt id")
+	if !ok {
 		return
 	}
 	wait, ok := waitParam(w, r.URL.Query().Get("wait"), 10*time.Second)
@@ -43,7 +41,9 @@ func (s *Service) attempt(w http.ResponseWriter, r *http.Request) {
 		return // the request ended: no one is waiting for an answer
 	}
 	if errors.Is(err, projector.ErrLogUnreachable) {
-		s.Logger.Warn("attempt lookup: the log's end is unknown", "run", run, "err", err)
+		if s.Logger != nil {
+			s.Logger.Warn("attempt lookup: the log's end is unknown", "run", run, "err", err)
+		}
 		w.Header().Set("Retry-After", "5")
 		httpx.WriteError(w, http.StatusServiceUnavailable, "kafka_unreachable", "the ledger cannot read the log's end now; ask again")
 		return
