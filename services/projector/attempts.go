@@ -31,12 +31,12 @@ type AttemptAnswer struct {
 // read-your-writes: it reads the end of the run's partition first, then
 // waits (at most wait) until the projector has folded up to it, so an
 // attempt.started acknowledged before the question is always seen
-// (docs/design.md §15.4). An attempt found started answers at once.
+// (docs/design.md §15.4). An attempt found started answers at once: that
+// answer holds whatever the projector has yet to fold.
 func (p *Projector) WaitAttempt(ctx context.Context, run, attempt string, wait time.Duration) (AttemptAnswer, error) {
 	var a AttemptAnswer
 	var err error
 	if a.View, a.Found, err = p.attempt(run, attempt); err != nil || a.View.Started {
-		a.CaughtUp = err == nil
 		return a, err
 	}
 	topic := p.o.Kafka.FactsTopic()
@@ -70,7 +70,6 @@ func (p *Projector) WaitAttempt(ctx context.Context, run, attempt string, wait t
 			return a, ctx.Err()
 		case <-timer.C:
 			a.View, a.Found, err = p.attempt(run, attempt)
-			a.CaughtUp = err == nil && a.View.Started
 			return a, err
 		case <-changed:
 		}

@@ -59,7 +59,7 @@ func TestEvictedRunResumesIdentically(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer db.Close()
-		p := &Projector{db: db, log: slog.New(slog.DiscardHandler), notify: newBroadcast()}
+		p := &Projector{db: db, log: slog.New(slog.DiscardHandler), notify: newBroadcast(), progress: newBroadcast()}
 		s := newSession(p, 0)
 		s.idleWindows = idle
 		var r result

@@ -28,7 +28,7 @@ func TestManifestStoredAsServed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	p := &Projector{db: db, log: slog.New(slog.DiscardHandler), notify: newBroadcast()}
+	p := &Projector{db: db, log: slog.New(slog.DiscardHandler), notify: newBroadcast(), progress: newBroadcast()}
 	var window []kafkalog.Message
 	for i, ev := range plan.All() {
 		v, err := events.Encode(ev)

@@ -484,9 +484,7 @@ func (p *Projector) foldPart(ctx context.Context, part int, folds map[string]*pr
 	if len(decided) > 0 {
 		p.notify.fire()
 	}
-	if p.progress != nil {
-		p.progress.fire()
-	}
+	p.progress.fire()
 	return n, nil
 }
 

@@ -55,7 +55,7 @@ func (a *startedAttempts) check(ctx context.Context, id identity) *requestError 
 	if a == nil {
 		return nil
 	}
-	k := id.Run + "\x00" + id.Attempt
+	k := id.key()
 	a.mu.Lock()
 	_, ok := a.known[k]
 	a.mu.Unlock()
