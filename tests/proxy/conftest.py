@@ -2,6 +2,8 @@
 `rolloutledger dev` on free loopback ports with its own --data, a real
 llama-server serving SmolLM2-135M-Instruct (a real tokenizer and chat
 template), and `rolloutledger proxy` in front of it with its own spool.
+An agent's tool calls go through a second llama-server with the same model
+and a template that renders tools, behind a second proxy on the same ledger.
 
 The engine comes from scripts/engine: LLAMA_SERVER names the llama-server
 binary and ROLLOUTLEDGER_SMOLLM2_GGUF the model. Without them the tests skip,
@@ -10,6 +12,7 @@ or fail when CI=true. ROLLOUTLEDGER_BIN may name an already built binary.
 
 from __future__ import annotations
 
+import ast
 import base64
 import json
 import os
@@ -93,17 +96,16 @@ def engine_files() -> tuple[str, str]:
     return server, model
 
 
-@pytest.fixture(scope="session")
-def engine(tmp_path_factory) -> str:
-    """llama-server with SmolLM2 on a free port; its base URL."""
+def start_engine(base: Path, *extra: str):
+    """llama-server with SmolLM2 on a free port (extra: more flags); yields
+    its base URL and stops it after."""
     server, model = engine_files()
-    base = tmp_path_factory.mktemp("engine")
     log_path = base / "llama-server.log"
     for _ in range(3):  # a port found free may be taken before the server binds it
         port = free_port()
         with open(log_path, "wb") as log:
             proc = subprocess.Popen([server, "-m", model, "--host", "127.0.0.1", "--port", str(port),
-                                     "-c", "4096", "-np", "2", "-t", "2", "--jinja", "--no-repack"],
+                                     "-c", "4096", "-np", "2", "-t", "2", "--jinja", "--no-repack", *extra],
                                     stdout=log, stderr=subprocess.STDOUT)
         try:
             wait_ready(f"http://127.0.0.1:{port}/health", proc, log_path, "llama-server")
@@ -117,6 +119,34 @@ def engine(tmp_path_factory) -> str:
         yield f"http://127.0.0.1:{port}"
     finally:
         stop(proc)
+
+
+@pytest.fixture(scope="session")
+def engine(tmp_path_factory) -> str:
+    """llama-server with SmolLM2 and its own chat template."""
+    yield from start_engine(tmp_path_factory.mktemp("engine"))
+
+
+def tools_template() -> str:
+    """The ChatML template with Hermes-style tool calls that the tiny test
+    model carries, read out of its writer (scripts/engine/tiny_gguf.py)
+    without running it."""
+    tree = ast.parse((REPO / "scripts" / "engine" / "tiny_gguf.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "CHAT_TEMPLATE" for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise AssertionError("scripts/engine/tiny_gguf.py has no CHAT_TEMPLATE")
+
+
+@pytest.fixture(scope="session")
+def tools_engine(tmp_path_factory) -> str:
+    """llama-server with SmolLM2 and a template that renders tools and tool
+    calls (SmolLM2's own renders neither), so the engine parses the tool
+    calls it generates into tool_calls, as it does for Qwen or Hermes."""
+    base = tmp_path_factory.mktemp("tools-engine")
+    template = base / "chatml_tools.jinja"
+    template.write_text(tools_template())
+    yield from start_engine(base, "--chat-template-file", str(template))
 
 
 @dataclass
@@ -210,26 +240,55 @@ def read_archive(path: Path) -> list[dict]:
     return facts
 
 
+@dataclass
+class Ledger:
+    addr: str  # rolloutledger dev's HTTP address
+    brokers: str  # dev's Kafka address
+    env: dict
+
+
 @pytest.fixture(scope="session")
-def stack(binary, engine, tmp_path_factory) -> Stack:
-    base = tmp_path_factory.mktemp("proxy")
-    addr, kafka, listen = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+def ledger(binary, tmp_path_factory) -> Ledger:
+    """`rolloutledger dev` on free ports, without the Postgres read model."""
+    base = tmp_path_factory.mktemp("ledger")
+    addr, kafka = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     env = dict(os.environ)
-    env.pop("DATABASE_URL", None)  # dev without the Postgres read model
-    dev_log, proxy_log = base / "dev.log", base / "proxy.log"
+    env.pop("DATABASE_URL", None)
+    dev_log = base / "dev.log"
     with open(dev_log, "wb") as log:
         dev = subprocess.Popen([binary, "dev", "--data", str(base / "data"), "--addr", addr, "--kafka-addr", kafka,
                                 "--partitions", "3"], stdout=log, stderr=subprocess.STDOUT, env=env)
-    procs = [dev]
     try:
         wait_ready(f"http://{addr}/healthz", dev, dev_log, "rolloutledger dev", 60)
-        with open(proxy_log, "wb") as log:
-            proxy = subprocess.Popen([binary, "proxy", "--listen", listen, "--upstream", engine, "--engine", "llamacpp",
-                                      "--ledger", f"http://{addr}", "--spool", str(base / "spool")],
-                                     stdout=log, stderr=subprocess.STDOUT, env=env)
-        procs.append(proxy)
-        wait_ready(f"http://{listen}/healthz", proxy, proxy_log, "rolloutledger proxy", 120)
-        yield Stack(binary=binary, engine=engine, ledger=f"http://{addr}", brokers=kafka, proxy=f"http://{listen}", tmp=base)
+        yield Ledger(addr=addr, brokers=kafka, env=env)
     finally:
-        for p in reversed(procs):
-            stop(p)
+        stop(dev)
+
+
+def start_proxy(binary: str, engine: str, ledger: Ledger, base: Path):
+    """`rolloutledger proxy` in front of engine, with its own spool; yields
+    the Stack and stops the proxy after."""
+    listen = f"127.0.0.1:{free_port()}"
+    proxy_log = base / "proxy.log"
+    with open(proxy_log, "wb") as log:
+        proxy = subprocess.Popen([binary, "proxy", "--listen", listen, "--upstream", engine, "--engine", "llamacpp",
+                                  "--ledger", f"http://{ledger.addr}", "--spool", str(base / "spool")],
+                                 stdout=log, stderr=subprocess.STDOUT, env=ledger.env)
+    try:
+        wait_ready(f"http://{listen}/healthz", proxy, proxy_log, "rolloutledger proxy", 120)
+        yield Stack(binary=binary, engine=engine, ledger=f"http://{ledger.addr}", brokers=ledger.brokers,
+                    proxy=f"http://{listen}", tmp=base)
+    finally:
+        stop(proxy)
+
+
+@pytest.fixture(scope="session")
+def stack(binary, engine, ledger, tmp_path_factory) -> Stack:
+    yield from start_proxy(binary, engine, ledger, tmp_path_factory.mktemp("proxy"))
+
+
+@pytest.fixture(scope="session")
+def tools_stack(binary, tools_engine, ledger, tmp_path_factory) -> Stack:
+    """A second proxy, in front of the engine that parses tool calls, on
+    the same ledger."""
+    yield from start_proxy(binary, tools_engine, ledger, tmp_path_factory.mktemp("tools-proxy"))

@@ -186,3 +186,130 @@ def test_bad_request_never_reaches_the_engine(stack):
     body, code = out.stdout.rsplit("\n", 1)
     assert code == "400", out.stdout
     assert "JSON" in json.loads(body)["error"]["message"]
+
+
+# --- an agent that calls tools ----------------------------------------------
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+# A harness that wants a tool call now opens the assistant's answer with the
+# call marker (the engine continues a final assistant message) and sets
+# tool_choice "required" (the engine then constrains the call to the tools'
+# schemas). SmolLM2-135M is too small to choose a tool unprompted; with both,
+# it fills in a call the engine parses, as a larger model would on its own.
+CALL_NOW = {"role": "assistant", "content": "<tool_call>\n"}
+
+
+def tool_calls_in(text: str) -> list[tuple[str, object]]:
+    """The (name, arguments) of the Hermes-style calls in generated text:
+    JSON objects, each closed by </tool_call> (the first opened by the
+    prompt's marker, the rest by their own)."""
+    calls = []
+    for part in text.split("</tool_call>"):
+        body = part.split("<tool_call>")[-1].strip()
+        if body.startswith("{"):
+            call = json.loads(body)
+            calls.append((call["name"], call["arguments"]))
+    return calls
+
+
+def test_agent_with_tool_calls(tools_stack):
+    """A two-question agent: each question answered by a tool call the
+    engine generates and parses, the harness's tool outputs, then a prose
+    answer. The ledger holds four turns whose ids are the engine's (its own
+    answer's log-prob entries; /completion for the unconstrained ones;
+    /detokenize of a call turn's ids gives the calls the client received),
+    each prompt rebuilt from the ledger, the tool outputs as observation
+    tokens, and one tool.called fact per call with its output."""
+    stack = tools_stack
+    run, attempt = "py-tools", "group-0/attempt-0"
+    c = client(stack, run, attempt)
+    messages = [{"role": "system", "content": "You are a weather assistant. Answer weather questions by calling get_weather."},
+                {"role": "user", "content": "What is the weather in London?"}]
+    outputs = {"London": "rain, 12 degrees", "Paris": "sunny, 21 degrees"}
+    prompts, texts, received = [], [], []
+    calls: dict[int, list[tuple[str, str, str]]] = {}  # call turn: (call id, arguments, output)
+    for follow in ["And in Paris?", None]:
+        # The call turn.
+        ask = messages + [CALL_NOW]
+        prompts.append(tool_prompt_ids(stack.engine, ask))
+        r = c.chat.completions.create(model=MODEL, messages=ask, tools=[WEATHER], tool_choice="required",
+                                      max_tokens=100, temperature=0, logprobs=True, **NO_CACHE)
+        ch = r.choices[0]
+        assert ch.finish_reason == "tool_calls" and ch.message.tool_calls, f"no tool call: {ch}"
+        assert r.usage.prompt_tokens == len(prompts[-1])
+        texts.append(ch.message.content or "")
+        received.append(([e.logprob for e in ch.logprobs.content], "call"))
+        messages.append(ch.message.model_dump(exclude_none=True))
+        mine = calls.setdefault(len(prompts) - 1, [])
+        for tc in ch.message.tool_calls:
+            assert tc.function.name == "get_weather"
+            out = outputs.get(json.loads(tc.function.arguments).get("city"), "unknown city")
+            mine.append((tc.id, tc.function.arguments, out))
+            messages.append({"role": "tool", "tool_call_id": tc.id, "content": out})
+        # The answer turn, with the tool outputs in its prompt.
+        prompts.append(tool_prompt_ids(stack.engine, messages))
+        r = c.chat.completions.create(model=MODEL, messages=messages, tools=[WEATHER], max_tokens=24, temperature=0,
+                                      **NO_CACHE)
+        ch = r.choices[0]
+        assert ch.finish_reason in ("stop", "length") and not ch.message.tool_calls
+        assert ch.logprobs is None, "the client asked for no log-probs"
+        texts.append(ch.message.content)
+        received.append((None, "answer"))
+        messages.append({"role": "assistant", "content": ch.message.content})
+        if follow:
+            messages.append({"role": "user", "content": follow})
+
+    turns = [t for t in stack.turns(run) if t["attempt"] == attempt]
+    assert [t["turn"] for t in turns] == list(range(len(prompts)))
+    rewrites = []
+    for i, t in enumerate(turns):
+        where = f"{run}/{attempt} turn {i}"
+        assert t.get("tags", []) == [], f"{where}: tags {t.get('tags')}"
+        assert t["prompt_tokens"] == len(prompts[i]) and whole_prompt(turns, i) == prompts[i], \
+            f"{where}: the prompt rebuilt from the ledger is not the engine's"
+        assert t.get("text", "") == texts[i], where
+        assert len(t["token_ids"]) == t["completion_tokens"] == len(t["logprobs"]), where
+        logprobs, kind = received[i]
+        if kind == "call":
+            assert t["finish"] == "tool_call", where
+            # Constrained by the engine's grammar, so not /completion's
+            # unconstrained greedy: the answer's own entries are the truth.
+            assert max(abs(a - b) for a, b in zip(t["logprobs"], logprobs)) < 1e-5 and len(logprobs) == len(t["token_ids"]), where
+            text = http_json(stack.engine + "/detokenize", {"tokens": t["token_ids"]})["content"]
+            got = tool_calls_in(text)
+            want = [("get_weather", json.loads(args)) for _, args, _ in calls[i]]
+            assert got == want, f"{where}: the ids decode to {got} ({text!r}), the client received {want}"
+        else:
+            # The engine renders the call it parsed, not the tokens it
+            # generated (this template re-serializes the arguments as
+            # compact JSON): where they differ, the prompt is a divergence at
+            # the first differing index, stored whole; where not, it extends
+            # the call turn and only its new tokens are stored.
+            before = prompts[i - 1] + turns[i - 1]["token_ids"]
+            at = next((k for k, (a, b) in enumerate(zip(before, prompts[i])) if a != b), len(before))
+            if at == len(before):
+                assert t.get("parent") == i - 1 and t["prefix_tokens"] == len(before) and "diverged" not in t, where
+            else:
+                assert "parent" not in t and t.get("diverged") == {"turn": i - 1, "at": at}, \
+                    f"{where}: rendered history leaves the generated call at {at}, the ledger says {t.get('diverged')}"
+                rewrites.append(at)
+            ids, lps = greedy(stack.engine, prompts[i], t["completion_tokens"])
+            assert t["token_ids"] == ids, f"{where}: ids {t['token_ids']}, the engine's /completion gives {ids}"
+            seen = http_json(stack.engine + "/detokenize", {"tokens": t["observation_token_ids"]})["content"]
+            for _, _, out in calls[i - 1]:
+                assert out in seen, f"{where}: the tool output {out!r} is not in the observation {seen!r}"
+
+    facts = [f["data"] for f in stack.facts(run) if f["type"] == "tool.called" and f["data"]["attempt"] == attempt]
+    recorded = sorted((f["turn"], f["call"], f["call_id"], f["tool"], f["input"], f.get("output")) for f in facts)
+    want = sorted((turn, k, tc_id, "get_weather", args, out)
+                  for turn, cs in calls.items() for k, (tc_id, args, out) in enumerate(cs))
+    assert recorded == want, f"tool.called facts {recorded}, want {want}"
+    assert not any(f.get("unanswered") for f in facts)
+
+
+def tool_prompt_ids(engine: str, messages: list[dict]) -> list[int]:
+    prompt = http_json(engine + "/apply-template", {"messages": messages, "tools": [WEATHER]})["prompt"]
+    return http_json(engine + "/tokenize", {"content": prompt, "add_special": True, "parse_special": True})["tokens"]
