@@ -36,7 +36,7 @@ type fixtureEngine struct {
 	headers  []http.Header
 }
 
-func startFixtureEngine(t *testing.T, engine, fallback string) (*fixtureEngine, string) {
+func startFixtureEngine(t testing.TB, engine, fallback string) (*fixtureEngine, string) {
 	t.Helper()
 	fe := &fixtureEngine{dir: filepath.Join("testdata", engine), fallback: fallback}
 	hs := httptest.NewServer(http.HandlerFunc(fe.serve))

@@ -28,7 +28,7 @@ type ledger struct {
 	s   *stack.Stack
 }
 
-func startLedger(t *testing.T) *ledger {
+func startLedger(t testing.TB) *ledger {
 	t.Helper()
 	kc := testenv.RealKafka(t)
 	s, err := stack.Start(context.Background(), stack.Options{Addr: "127.0.0.1:0", Kafka: kc, DataDir: t.TempDir()})
@@ -45,7 +45,7 @@ type recorder struct {
 	url string
 }
 
-func startProxy(t *testing.T, o proxy.Options) *recorder {
+func startProxy(t testing.TB, o proxy.Options) *recorder {
 	t.Helper()
 	if o.SpoolDir == "" {
 		o.SpoolDir = t.TempDir()
@@ -66,7 +66,7 @@ func startProxy(t *testing.T, o proxy.Options) *recorder {
 }
 
 // waitDelivered waits until the proxy's spool is empty.
-func (r *recorder) waitDelivered(t *testing.T) {
+func (r *recorder) waitDelivered(t testing.TB) {
 	t.Helper()
 	testenv.CheckFor(t, 3*time.Minute, "the proxy's spooled facts reach the ledger", func() bool {
 		waiting, dead := r.s.Pending()

@@ -40,12 +40,23 @@ var ErrSpoolFull = errors.New("proxy: spool full")
 type spool struct {
 	db      *pebble.DB
 	max     int64
-	mu      sync.Mutex // guards nextSeq
+	mu      sync.Mutex // guards nextSeq, inflight and floor
 	nextSeq uint64
-	queued  atomic.Int64 // bytes of q values
-	count   atomic.Int64 // q entries
-	dead    atomic.Int64 // d entries
-	notify  chan struct{}
+	// inflight counts the commits whose numbers are taken but which are
+	// not visible yet, by their first number.
+	inflight map[uint64]int
+	// floor is a number below which no fact waits or will ever be
+	// written: head reads from there, not from the queue's first key, past
+	// the removals of every fact delivered since Pebble last compacted
+	// them away (thousands under load, each a skipped key per read).
+	floor uint64
+	// beforeCommit, when set (tests), runs between taking a commit's
+	// numbers and committing it.
+	beforeCommit func(first uint64)
+	queued       atomic.Int64 // bytes of q values
+	count        atomic.Int64 // q entries
+	dead         atomic.Int64 // d entries
+	notify       chan struct{}
 }
 
 type quietLogger struct{}
@@ -61,7 +72,7 @@ func openSpool(dir string, maxBytes int64) (*spool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy: open spool %s: %w", dir, err)
 	}
-	s := &spool{db: db, max: maxBytes, notify: make(chan struct{}, 1)}
+	s := &spool{db: db, max: maxBytes, notify: make(chan struct{}, 1), inflight: map[uint64]int{}}
 	for _, p := range []byte{prefixQueue, prefixDead} {
 		it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte{p}, UpperBound: []byte{p + 1}})
 		if err != nil {
@@ -140,7 +151,21 @@ func (s *spool) commitQueued(b *pebble.Batch, facts []pending) error {
 	s.mu.Lock()
 	seq := s.nextSeq
 	s.nextSeq += uint64(len(facts))
+	first := seq
+	if len(facts) > 0 {
+		s.inflight[first]++
+		defer func() {
+			s.mu.Lock()
+			if s.inflight[first]--; s.inflight[first] == 0 {
+				delete(s.inflight, first)
+			}
+			s.mu.Unlock()
+		}()
+	}
 	s.mu.Unlock()
+	if s.beforeCommit != nil {
+		s.beforeCommit(first)
+	}
 	var bytes int64
 	for _, f := range facts {
 		v := make([]byte, 0, len(f.run)+1+len(f.record))
@@ -227,14 +252,33 @@ type queuedFact struct {
 // head returns up to n waiting facts of one run, oldest first, at most
 // maxBytes of records (at least one), from the oldest waiting fact on.
 func (s *spool) head(n int, maxBytes int) ([]queuedFact, error) {
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixQueue}, UpperBound: []byte{prefixQueue + 1}})
+	// A commit not yet visible may hold lower numbers than one that is
+	// (commitQueued): the floor may pass a number only once its commit is
+	// visible, which every commit finished before the iterator is.
+	s.mu.Lock()
+	from, pendingFrom := s.floor, s.nextSeq
+	for first := range s.inflight {
+		pendingFrom = min(pendingFrom, first)
+	}
+	s.mu.Unlock()
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: seqKey(prefixQueue, from), UpperBound: []byte{prefixQueue + 1}})
 	if err != nil {
 		return nil, err
 	}
 	defer it.Close()
 	var out []queuedFact
 	size := 0
-	for it.First(); it.Valid() && len(out) < n; it.Next() {
+	it.First()
+	oldest := pendingFrom
+	if it.Valid() {
+		oldest = min(oldest, binary.BigEndian.Uint64(it.Key()[1:]))
+	}
+	if it.Error() == nil {
+		s.mu.Lock()
+		s.floor = max(s.floor, oldest)
+		s.mu.Unlock()
+	}
+	for ; it.Valid() && len(out) < n; it.Next() {
 		v := it.Value()
 		i := indexByte(v, 0)
 		if i < 0 {

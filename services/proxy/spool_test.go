@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
 )
 
 // TestSpoolConcurrentCommits: attempts committing at once (their fsyncs
@@ -96,5 +98,92 @@ func BenchmarkSpoolCommit(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// TestSpoolLateLowerCommit: a commit that took lower numbers but becomes
+// visible after a later one is still read, although the sender has
+// already read past the later one (and so moved the point it reads from).
+func TestSpoolLateLowerCommit(t *testing.T) {
+	sp, err := openSpool(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	taken, release := make(chan struct{}), make(chan struct{})
+	sp.beforeCommit = func(first uint64) {
+		if first == 0 {
+			close(taken)
+			<-release
+		}
+	}
+	slow := make(chan error, 1)
+	go func() {
+		slow <- sp.commitQueued(sp.db.NewBatch(), []pending{{run: "r", record: []byte("slow-0")}, {run: "r", record: []byte("slow-1")}})
+	}()
+	<-taken
+	if err := sp.commitQueued(sp.db.NewBatch(), []pending{{run: "r", record: []byte("fast-2")}}); err != nil {
+		t.Fatal(err)
+	}
+	read := func() []string {
+		facts, err := sp.head(sendEvents, sendBytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, f := range facts {
+			out = append(out, string(f.record))
+		}
+		if err := sp.done(facts); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	if got := read(); len(got) != 1 || got[0] != "fast-2" {
+		t.Fatalf("first read %q, want the visible commit [fast-2]", got)
+	}
+	close(release)
+	if err := <-slow; err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); len(got) != 2 || got[0] != "slow-0" || got[1] != "slow-1" {
+		t.Fatalf("second read %q, want the late commit's [slow-0 slow-1]", got)
+	}
+	if got := read(); len(got) != 0 || sp.count.Load() != 0 {
+		t.Fatalf("third read %q with %d counted waiting, want nothing", got, sp.count.Load())
+	}
+}
+
+// BenchmarkSpoolDrain: the sender's cycle under a steady load, one turn's
+// two facts committed (not synced, so the disk does not dominate), read and
+// removed at a time: the read starts at the oldest waiting fact, not at the
+// removals of every fact delivered before it.
+func BenchmarkSpoolDrain(b *testing.B) {
+	sp, err := openSpool(b.TempDir(), 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sp.Close()
+	rec := make([]byte, 1024)
+	for b.Loop() {
+		batch := sp.db.NewBatch()
+		sp.mu.Lock()
+		seq := sp.nextSeq
+		sp.nextSeq += 2
+		sp.mu.Unlock()
+		for i := range uint64(2) {
+			_ = batch.Set(seqKey(prefixQueue, seq+i), append([]byte("run\x00"), rec...), nil)
+		}
+		if err := batch.Commit(pebble.NoSync); err != nil {
+			b.Fatal(err)
+		}
+		sp.count.Add(2)
+		facts, err := sp.head(sendEvents, sendBytes)
+		if err != nil || len(facts) != 2 {
+			b.Fatalf("head: %d facts, %v", len(facts), err)
+		}
+		if err := sp.done(facts); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
