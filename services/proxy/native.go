@@ -22,7 +22,7 @@ func (c *capture) readLlamaNative(o obj) {
 	if o.has("completion_probabilities") {
 		c.haveLogprobs = true
 		for _, raw := range o.arr("completion_probabilities") {
-			var e obj
+			e := newObj()
 			if json.Unmarshal(raw, &e) != nil {
 				continue
 			}

@@ -82,7 +82,7 @@ func (s *Server) Probe(ctx context.Context) error {
 	if err := upstreamJSON(ctx, s.o.Client, base, "/v1/chat/completions", map[string]json.RawMessage(ex.req), &ans); err != nil {
 		return fmt.Errorf("proxy: probe completion: %w", err)
 	}
-	ex.cap.readAnswer(ans, routeChat)
+	ex.cap.readAnswer(newAnswer(ans), routeChat)
 	c := &ex.cap
 	// The probe asks whether answers carry ids and log-probs at all; a
 	// turn whose counts disagree (llama.cpp merging the byte tokens of a

@@ -65,7 +65,7 @@ func (c *capture) readLogprobs(lp obj, idsFromEntries bool) {
 	if content := lp.arr("content"); content != nil {
 		c.haveLogprobs = true
 		for _, raw := range content {
-			var e obj
+			e := newObj()
 			if json.Unmarshal(raw, &e) != nil {
 				continue
 			}
@@ -92,6 +92,45 @@ func (c *capture) readLogprobs(lp obj, idsFromEntries bool) {
 	}
 }
 
+// logprobEntry is what the proxy reads of a chat log-prob entry; the rest
+// (text, bytes, top log-probs) is skipped unread.
+type logprobEntry struct {
+	ID      json.RawMessage `json:"id"`
+	Logprob json.RawMessage `json:"logprob"`
+}
+
+// readEntries is readLogprobs for a choice's logprobs member whose content
+// is an array of entry objects, read in one pass as structs: most of an
+// answer's bytes are these entries, and reading them member by member
+// (the logprobs object, then its content, then each entry as a map)
+// passed over them three times. It reports false, having read nothing,
+// for any other shape, which readLogprobs then reads as it always did.
+func (c *capture) readEntries(raw json.RawMessage, idsFromEntries bool) bool {
+	var lp struct {
+		Content []logprobEntry `json:"content"`
+	}
+	if len(raw) == 0 || raw[0] != '{' {
+		return false
+	}
+	rest, err := json.Parse(raw, &lp, json.DontMatchCaseInsensitiveStructFields)
+	if err != nil || len(bytes.TrimSpace(rest)) > 0 || lp.Content == nil {
+		return false
+	}
+	c.haveLogprobs = true
+	for _, e := range lp.Content {
+		c.entries++
+		f, _ := rawNum(e.Logprob)
+		c.logprobs = append(c.logprobs, float32(f))
+		if idsFromEntries {
+			if id, ok := rawInt(e.ID); ok {
+				c.ids = append(c.ids, int32(id))
+				c.haveIDs = true
+			}
+		}
+	}
+	return true
+}
+
 // readChoice takes one choice of a whole answer or a stream chunk
 // (message or delta).
 func (c *capture) readChoice(ch obj, kind routeKind) {
@@ -108,7 +147,9 @@ func (c *capture) readChoice(ch obj, kind routeKind) {
 			c.promptIDs, c.promptFrom = ids, "engine"
 		}
 	}
-	c.readLogprobs(ch.obj("logprobs"), !ownIDs)
+	if !c.readEntries(ch["logprobs"], !ownIDs) {
+		c.readLogprobs(ch.obj("logprobs"), !ownIDs)
+	}
 	if !ownIDs && c.haveIDs {
 		c.idsFrom = "engine"
 	}
@@ -128,7 +169,7 @@ func (c *capture) readChoice(ch obj, kind routeKind) {
 	}
 	c.text.WriteString(msg.str("content"))
 	for i, raw := range msg.arr("tool_calls") {
-		var tc obj
+		tc := newObj()
 		if json.Unmarshal(raw, &tc) != nil {
 			continue
 		}
@@ -149,17 +190,46 @@ func (c *capture) readChoice(ch obj, kind routeKind) {
 	}
 }
 
+// answer is an answer (or stream chunk) as read once: its members, its
+// choices, and each choice's members once asked for, so that reading and
+// stripping do not parse the same bytes again.
+type answer struct {
+	o       obj
+	choices []json.RawMessage
+	parsed  []obj // nil until choice(i) is first asked for
+	failed  []bool
+}
+
+func newAnswer(o obj) *answer {
+	chs := o.arr("choices")
+	return &answer{o: o, choices: chs, parsed: make([]obj, len(chs)), failed: make([]bool, len(chs))}
+}
+
+// choice is choice i's members, or false when it is no object. Callers
+// that change it own the change: strip is the last to read an answer.
+func (a *answer) choice(i int) (obj, bool) {
+	if a.parsed[i] == nil && !a.failed[i] {
+		ch := newObj()
+		if json.Unmarshal(a.choices[i], &ch) != nil {
+			a.failed[i] = true
+		} else {
+			a.parsed[i] = ch
+		}
+	}
+	return a.parsed[i], !a.failed[i]
+}
+
 // readAnswer takes a whole OpenAI-compatible answer.
-func (c *capture) readAnswer(o obj, kind routeKind) {
+func (c *capture) readAnswer(ans *answer, kind routeKind) {
+	o := ans.o
 	if o.has("prompt_token_ids") {
 		if ids, err := parseIDs(o["prompt_token_ids"]); err == nil {
 			c.promptIDs, c.promptFrom = ids, "engine"
 		}
 	}
 	c.readUsage(o)
-	if chs := o.arr("choices"); len(chs) > 0 {
-		var ch obj
-		if json.Unmarshal(chs[0], &ch) == nil {
+	if len(ans.choices) > 0 {
+		if ch, ok := ans.choice(0); ok {
 			c.readChoice(ch, kind)
 		}
 	}
@@ -167,21 +237,22 @@ func (c *capture) readAnswer(o obj, kind routeKind) {
 
 // strip takes out of an answer (or chunk) what the proxy added. It
 // returns the bytes to send on, the original ones when nothing changed.
-func strip(raw []byte, o obj, a asked, stream bool) ([]byte, bool) {
+func strip(raw []byte, ans *answer, a asked, stream bool) ([]byte, bool) {
+	o := ans.o
 	changed := false
 	if !a.tokenIDs && o.has("prompt_token_ids") {
 		delete(o, "prompt_token_ids")
 		changed = true
 	}
-	chs := o.arr("choices")
+	chs := ans.choices
 	if stream && !a.usage && len(chs) == 0 && o.has("usage") {
 		return nil, true // the usage-only chunk the client did not ask for
 	}
 	if len(chs) > 0 && (!a.logprobs || !a.tokenIDs) {
 		out := make([]json.RawMessage, len(chs))
 		for i, rc := range chs {
-			var ch obj
-			if json.Unmarshal(rc, &ch) != nil {
+			ch, ok := ans.choice(i)
+			if !ok {
 				out[i] = rc
 				continue
 			}

@@ -346,11 +346,12 @@ func (s *Server) readAnswer(ex *exchange, raw []byte) ([]byte, error) {
 	c := &ex.cap
 	switch ex.kind {
 	case routeChat, routeCompletion, routeVLLMNative:
-		c.readAnswer(o, ex.kind)
+		ans := newAnswer(o)
+		c.readAnswer(ans, ex.kind)
 		if ex.kind == routeVLLMNative && c.haveIDs {
 			c.idsFrom = "native"
 		}
-		out, _ := strip(raw, o, ex.asked, false)
+		out, _ := strip(raw, ans, ex.asked, false)
 		return out, nil
 	case routeLlamaNative:
 		c.readLlamaNative(o)
@@ -544,16 +545,16 @@ func (s *Server) readChunk(ex *exchange, data []byte) ([]byte, bool) {
 		if o.has("usage") {
 			c.readUsage(o)
 		}
-		for i, raw := range o.arr("choices") {
-			var ch obj
-			if i == 0 && json.Unmarshal(raw, &ch) == nil {
+		ans := newAnswer(o)
+		if len(ans.choices) > 0 {
+			if ch, ok := ans.choice(0); ok {
 				c.readChoice(ch, ex.kind)
 			}
 		}
 		if ex.kind == routeVLLMNative && c.haveIDs {
 			c.idsFrom = "native"
 		}
-		out, _ := strip(data, o, ex.asked, true)
+		out, _ := strip(data, ans, ex.asked, true)
 		return out, false
 	case routeLlamaNative:
 		c.readLlamaNative(o)
