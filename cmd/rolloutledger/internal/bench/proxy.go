@@ -208,9 +208,13 @@ func proxyFigures(ctx context.Context, e *env) ([]*Figure, error) {
 	tokenDirect := &Figure{Name: "completions, token-in, not streamed: latency p50, straight to llama-server", Unit: "ms", Command: cmd, Note: tokenNote}
 	tokenAdded := &Figure{Name: "completions, token-in, not streamed: added latency p50", Unit: "ms", Command: cmd,
 		Note: "p50 through the proxy minus p50 straight; the proxy's own work: reading and editing the request and answer, the facts, the spool's fsync, the extra hop"}
+	longNote := fmt.Sprintf("%d token-in requests per run as above, each generating %d tokens, a real agent turn's median length: what the proxy does per token (reading each log-prob entry, the ids in the facts and the spool) shows here", max(sz.whole/4, 4), realTurnTokens)
+	longDirect := &Figure{Name: fmt.Sprintf("completions, token-in, %d tokens: latency p50, straight to llama-server", realTurnTokens), Unit: "ms", Command: cmd, Note: longNote}
+	longAdded := &Figure{Name: fmt.Sprintf("completions, token-in, %d tokens: added latency p50", realTurnTokens), Unit: "ms", Command: cmd,
+		Note: "p50 through the proxy minus p50 straight, for answers of a real turn's length"}
 	direct := &Figure{Name: "sustained requests/s straight to llama-server", Unit: "req/s", Command: cmd}
 	turns := &Figure{Name: "sustained turns/s through the proxy, spool on", Unit: "turns/s", Command: cmd}
-	figs := []*Figure{directP50, proxyP50, addedP50, addedP99, splitWait, splitIDs, splitBuild, splitSpool, splitHop, sideAdded, tokenDirect, tokenAdded, ttfcDirect, ttfcAdded, gapDirect, gapAdded, chunks, direct, turns}
+	figs := []*Figure{directP50, proxyP50, addedP50, addedP99, splitWait, splitIDs, splitBuild, splitSpool, splitHop, sideAdded, tokenDirect, tokenAdded, longDirect, longAdded, ttfcDirect, ttfcAdded, gapDirect, gapAdded, chunks, direct, turns}
 
 	bin, model, missing := engineFiles()
 	if missing != "" {
@@ -264,29 +268,15 @@ func proxyFigures(ctx context.Context, e *env) ([]*Figure, error) {
 
 	for r := range e.o.Runs {
 		e.log.Info("proxy: latency", "run", r+1)
-		var d, p []float64
 		before, err := phaseTotals(ctx, client, proxyURL)
 		if err != nil {
 			return nil, err
 		}
-		for i := range sz.whole {
-			body := chatBody(fmt.Sprintf("request %d of run %d: say something", i, r), 8, false)
-			first, second := pb.engine, pb.attemptURL(fmt.Sprintf("whole-%d-%d", r, i))
-			if i%2 == 1 {
-				first, second = second, first
-			}
-			a, err := pb.whole(ctx, first, body)
-			if err != nil {
-				return nil, err
-			}
-			b, err := pb.whole(ctx, second, body)
-			if err != nil {
-				return nil, err
-			}
-			if i%2 == 1 {
-				a, b = b, a
-			}
-			d, p = append(d, a), append(p, b)
+		d, p, err := pb.pairs(ctx, sz.whole, "/v1/chat/completions", fmt.Sprintf("whole-%d", r), func(i int) []byte {
+			return chatBody(fmt.Sprintf("request %d of run %d: say something", i, r), 8, false)
+		})
+		if err != nil {
+			return nil, err
 		}
 		directP50.Runs = append(directP50.Runs, quantile(d, 0.5))
 		proxyP50.Runs = append(proxyP50.Runs, quantile(p, 0.5))
@@ -328,28 +318,23 @@ func proxyFigures(ctx context.Context, e *env) ([]*Figure, error) {
 		if err != nil {
 			return nil, err
 		}
-		tbody, _ := json.Marshal(map[string]any{"prompt": prompt, "max_tokens": 8, "temperature": 0, "ignore_eos": true, "cache_prompt": false})
-		var td, tp []float64
-		for i := range sz.whole {
-			first, second := pb.engine, pb.attemptURL(fmt.Sprintf("token-in-%d-%d", r, i))
-			if i%2 == 1 {
-				first, second = second, first
-			}
-			a, err := pb.wholeAt(ctx, first, "/v1/completions", tbody)
-			if err != nil {
-				return nil, err
-			}
-			b, err := pb.wholeAt(ctx, second, "/v1/completions", tbody)
-			if err != nil {
-				return nil, err
-			}
-			if i%2 == 1 {
-				a, b = b, a
-			}
-			td, tp = append(td, a), append(tp, b)
+		tokenIn := func(n int) func(int) []byte {
+			b, _ := json.Marshal(map[string]any{"prompt": prompt, "max_tokens": n, "temperature": 0, "ignore_eos": true, "cache_prompt": false})
+			return func(int) []byte { return b }
+		}
+		td, tp, err := pb.pairs(ctx, sz.whole, "/v1/completions", fmt.Sprintf("token-in-%d", r), tokenIn(8))
+		if err != nil {
+			return nil, err
 		}
 		tokenDirect.Runs = append(tokenDirect.Runs, quantile(td, 0.5))
 		tokenAdded.Runs = append(tokenAdded.Runs, quantile(tp, 0.5)-quantile(td, 0.5))
+		e.log.Info("proxy: token-in completions of a real turn's length", "run", r+1, "tokens", realTurnTokens)
+		ld, lp, err := pb.pairs(ctx, max(sz.whole/4, 4), "/v1/completions", fmt.Sprintf("token-in-long-%d", r), tokenIn(realTurnTokens))
+		if err != nil {
+			return nil, err
+		}
+		longDirect.Runs = append(longDirect.Runs, quantile(ld, 0.5))
+		longAdded.Runs = append(longAdded.Runs, quantile(lp, 0.5)-quantile(ld, 0.5))
 
 		e.log.Info("proxy: streams", "run", r+1)
 		var dt, pt, dg, pg []float64
@@ -446,6 +431,29 @@ func (pb *proxyBench) postTo(ctx context.Context, base, route string, body []byt
 		return nil, fmt.Errorf("%s: %s: %s", base, resp.Status, b)
 	}
 	return resp, nil
+}
+
+// realTurnTokens is the completion length of the bench's long token-in
+// requests: the median completion of the agent turns `simulate` draws.
+const realTurnTokens = 380
+
+// pairs sends n requests to route, each once straight to the engine and
+// once through the proxy (attempt prefix-i), the order alternating so
+// neither side always goes first, and returns both sides' times in ms.
+func (pb *proxyBench) pairs(ctx context.Context, n int, route, prefix string, body func(i int) []byte) (straight, through []float64, err error) {
+	for i := range n {
+		b := body(i)
+		sides := [2]string{pb.engine, pb.attemptURL(fmt.Sprintf("%s-%d", prefix, i))}
+		var ms [2]float64
+		for k := range 2 {
+			side := (k + i) % 2
+			if ms[side], err = pb.wholeAt(ctx, sides[side], route, b); err != nil {
+				return nil, nil, err
+			}
+		}
+		straight, through = append(straight, ms[0]), append(through, ms[1])
+	}
+	return straight, through, nil
 }
 
 // whole times one non-streaming chat request to its last byte, in ms.
