@@ -610,7 +610,7 @@ func (s *Server) commit(ex *exchange, segs *segments, fetched chan fetchResult, 
 	}
 	t1 := time.Now()
 	s.m.phase.WithLabelValues(phaseBuild).Observe(t1.Sub(t0).Seconds())
-	if err := s.sp.commit(ex.id, f.state, f.seq, recs); err != nil {
+	if err := s.sp.commit(ex.id, f.state, a.seq, f.seq, recs); err != nil {
 		return false, err
 	}
 	s.m.phase.WithLabelValues(phaseSpool).Observe(time.Since(t1).Seconds())

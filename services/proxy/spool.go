@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -28,7 +29,8 @@ const (
 	prefixQueue   = 'q'
 	prefixDead    = 'd'
 	prefixAttempt = 'a'
-	prefixSeq     = 's'
+	prefixSeq     = 's' // an attempt's whole sequence in one value (before chunks)
+	prefixChunk   = 'S' // a piece of an attempt's sequence, keyed by its offset
 	prefixVocab   = 'v'
 )
 
@@ -119,8 +121,16 @@ type pending struct {
 }
 
 // commit writes facts to the queue together with an attempt's new state
-// and last sequence (seq nil: unchanged), synced.
-func (s *spool) commit(id identity, st *attemptState, seq []int32, facts []pending) error {
+// and last sequence (seq nil: unchanged; prev: the sequence it replaces,
+// as loadAttempt gave it or the last commit wrote it), synced.
+//
+// A sequence that extends prev, as a conversation's does turn after turn,
+// is written as the new tokens only, a chunk keyed by its offset: writing
+// the whole sequence again at every turn made a long attempt's commits
+// grow with its context (a 100 K-token attempt: 400 KB synced a turn) and
+// its writes with the square of its turns. Any other sequence replaces
+// the chunks.
+func (s *spool) commit(id identity, st *attemptState, prev, seq []int32, facts []pending) error {
 	b := s.db.NewBatch()
 	defer b.Close()
 	if st != nil {
@@ -133,11 +143,37 @@ func (s *spool) commit(id identity, st *attemptState, seq []int32, facts []pendi
 		}
 	}
 	if seq != nil {
-		if err := b.Set(attemptKey(prefixSeq, id), encodeIDs(seq), nil); err != nil {
-			return err
+		from := len(prev)
+		if prev == nil || len(prev) > len(seq) || !slices.Equal(prev, seq[:len(prev)]) {
+			from = 0
+			lo, hi := chunkRange(id)
+			if err := b.DeleteRange(lo, hi, nil); err != nil {
+				return err
+			}
+			if err := b.Delete(attemptKey(prefixSeq, id), nil); err != nil {
+				return err
+			}
+		}
+		if from == 0 || from < len(seq) {
+			if err := b.Set(chunkKey(id, uint64(from)), encodeIDs(seq[from:]), nil); err != nil {
+				return err
+			}
 		}
 	}
 	return s.commitQueued(b, facts)
+}
+
+// chunkKey is the key of the piece of an attempt's sequence that starts
+// at offset; chunkRange bounds all of an attempt's pieces (its key holds
+// no NUL, so the NUL after it ends it).
+func chunkKey(id identity, offset uint64) []byte {
+	k := append(attemptKey(prefixChunk, id), 0)
+	return binary.BigEndian.AppendUint64(k, offset)
+}
+
+func chunkRange(id identity) (lo, hi []byte) {
+	k := attemptKey(prefixChunk, id)
+	return append(slices.Clip(k), 0), append(k, 1)
 }
 
 // commitQueued adds facts to the queue in b and commits it, synced. The
@@ -230,16 +266,35 @@ func (s *spool) loadAttempt(id identity) (*attemptState, []int32, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("proxy: spool: attempt state of %q: %w", id.Attempt, err)
 	}
+	// The sequence: a whole one written before chunks were (if any), then
+	// the chunks in offset order, each starting where the last ended.
+	var seq []int32
 	v, closer, err = s.db.Get(attemptKey(prefixSeq, id))
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
-		return st, nil, nil
 	case err != nil:
 		return nil, nil, err
+	default:
+		seq = decodeIDs(v)
+		closer.Close()
 	}
-	seq := decodeIDs(v)
-	closer.Close()
-	return st, seq, nil
+	lo, hi := chunkRange(id)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer it.Close()
+	for it.First(); it.Valid(); it.Next() {
+		k := it.Key()
+		if off := binary.BigEndian.Uint64(k[len(k)-8:]); off != uint64(len(seq)) {
+			return nil, nil, fmt.Errorf("proxy: spool: the sequence of attempt %q has a piece at %d after %d ids", id.Attempt, off, len(seq))
+		}
+		if seq == nil {
+			seq = []int32{}
+		}
+		seq = append(seq, decodeIDs(it.Value())...)
+	}
+	return st, seq, it.Error()
 }
 
 // queued is one waiting fact as the sender reads it.

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -30,7 +31,7 @@ func TestSpoolConcurrentCommits(t *testing.T) {
 			for turn := range turns {
 				// Two facts a turn: a tool call of the previous turn, then the turn.
 				facts := []pending{{run: id.Run, record: fmt.Appendf(nil, "%d/%d/tool", a, turn)}, {run: id.Run, record: fmt.Appendf(nil, "%d/%d/turn", a, turn)}}
-				if err := sp.commit(id, &attemptState{NextTurn: turn + 1}, []int32{int32(turn)}, facts); err != nil {
+				if err := sp.commit(id, &attemptState{NextTurn: turn + 1}, nil, []int32{int32(turn)}, facts); err != nil {
 					t.Error(err)
 					return
 				}
@@ -91,7 +92,7 @@ func BenchmarkSpoolCommit(b *testing.B) {
 				id := identity{Run: "run-1", Attempt: "attempt-" + strconv.FormatInt(n.Add(1), 10)}
 				seq := make([]int32, 512)
 				for turn := 0; pb.Next(); turn++ {
-					if err := sp.commit(id, &attemptState{NextTurn: turn + 1}, seq, []pending{{run: id.Run, record: record}, {run: id.Run, record: record}}); err != nil {
+					if err := sp.commit(id, &attemptState{NextTurn: turn + 1}, nil, seq, []pending{{run: id.Run, record: record}, {run: id.Run, record: record}}); err != nil {
 						b.Error(err)
 						return
 					}
@@ -185,5 +186,104 @@ func BenchmarkSpoolDrain(b *testing.B) {
 		if err := sp.done(facts); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestSpoolSequenceChunks: an attempt's sequence read back after each
+// commit is the one committed, whether it extended the last (only its new
+// tokens written), diverged from it, emptied it, or follows a whole
+// sequence an earlier version of the spool wrote in one value; and one
+// attempt's pieces never mix with those of another whose id extends it.
+func TestSpoolSequenceChunks(t *testing.T) {
+	sp, err := openSpool(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	id, other := identity{Run: "r", Attempt: "att"}, identity{Run: "r", Attempt: "att-2"}
+	if err := sp.commit(other, &attemptState{NextTurn: 1}, nil, []int32{7, 7, 7}, nil); err != nil {
+		t.Fatal(err)
+	}
+	pieces := func() (n int) {
+		lo, hi := chunkRange(id)
+		it, _ := sp.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+		defer it.Close()
+		for it.First(); it.Valid(); it.Next() {
+			n++
+		}
+		return n
+	}
+	var prev []int32
+	for i, step := range []struct {
+		seq    []int32
+		pieces int
+	}{
+		{[]int32{1, 2, 3}, 1},
+		{[]int32{1, 2, 3, 4, 5}, 2}, // extends: a piece of two
+		{[]int32{1, 2, 3, 4, 5}, 2}, // unchanged: nothing written
+		{[]int32{1, 2, 3, 4, 5, 6}, 3},
+		{[]int32{1, 9}, 1}, // diverges: replaces the pieces
+		{[]int32{1, 9, 8}, 2},
+		{[]int32{}, 1}, // emptied: the next prompt relates to nothing
+		{[]int32{4}, 1},
+	} {
+		if err := sp.commit(id, &attemptState{NextTurn: i + 1}, prev, step.seq, nil); err != nil {
+			t.Fatal(err)
+		}
+		_, got, err := sp.loadAttempt(id)
+		if err != nil || got == nil || !slices.Equal(got, step.seq) {
+			t.Fatalf("step %d: read back %v (%v), want %v", i, got, err, step.seq)
+		}
+		if n := pieces(); n != step.pieces {
+			t.Errorf("step %d: %d pieces, want %d", i, n, step.pieces)
+		}
+		prev = step.seq
+	}
+	// A whole sequence in one value, as the spool wrote before pieces:
+	// extended by a piece, then replaced.
+	legacy := identity{Run: "r", Attempt: "old"}
+	if err := sp.db.Set(attemptKey(prefixSeq, legacy), encodeIDs([]int32{4, 4}), pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range [][2][]int32{{{4, 4}, {4, 4, 5}}, {{4, 4, 5}, {6}}} {
+		if err := sp.commit(legacy, &attemptState{NextTurn: 1}, step[0], step[1], nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, got, err := sp.loadAttempt(legacy); err != nil || !slices.Equal(got, step[1]) {
+			t.Fatalf("after a whole-value sequence: read back %v (%v), want %v", got, err, step[1])
+		}
+	}
+	if _, got, _ := sp.loadAttempt(other); !slices.Equal(got, []int32{7, 7, 7}) {
+		t.Fatalf("the other attempt's sequence is %v, want [7 7 7]", got)
+	}
+	if _, got, _ := sp.loadAttempt(identity{Run: "r", Attempt: "new"}); got != nil {
+		t.Fatalf("an attempt never committed has sequence %v, want none", got)
+	}
+}
+
+// BenchmarkSpoolLongAttempt: the synced commits of one attempt's turns as
+// its context grows by a real turn (380 completion and 200 observation
+// tokens) per turn, over an 80-turn attempt, then the next attempt.
+func BenchmarkSpoolLongAttempt(b *testing.B) {
+	sp, err := openSpool(b.TempDir(), 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sp.Close()
+	record := make([]byte, 4096)
+	var prev []int32
+	attempt := 0
+	turn := 0
+	for b.Loop() {
+		if turn == 80 {
+			attempt, turn, prev = attempt+1, 0, nil
+		}
+		id := identity{Run: "run-1", Attempt: "attempt-" + strconv.Itoa(attempt)}
+		seq := append(slices.Clone(prev), make([]int32, 580)...)
+		if err := sp.commit(id, &attemptState{NextTurn: turn + 1}, prev, seq, []pending{{run: id.Run, record: record}}); err != nil {
+			b.Fatal(err)
+		}
+		prev = seq
+		turn++
 	}
 }
