@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 import math
 import subprocess
+import urllib.parse
 
 import openai
 import pytest
+import rolloutledger as rl
 
 from conftest import http_json
 
@@ -215,22 +217,18 @@ def tool_calls_in(text: str) -> list[tuple[str, object]]:
     return calls
 
 
-def test_agent_with_tool_calls(tools_stack):
+def tool_conversation(stack, run: str, attempt: str):
     """A two-question agent: each question answered by a tool call the
     engine generates and parses, the harness's tool outputs, then a prose
-    answer. The ledger holds four turns whose ids are the engine's (its own
-    answer's log-prob entries; /completion for the unconstrained ones;
-    /detokenize of a call turn's ids gives the calls the client received),
-    each prompt rebuilt from the ledger, the tool outputs as observation
-    tokens, and one tool.called fact per call with its output."""
-    stack = tools_stack
-    run, attempt = "py-tools", "group-0/attempt-0"
+    answer. Returns each turn's prompt ids (the engine's own), the text the
+    client received, the log-probs it received for call turns (None for
+    answers), and the calls of each call turn: (call id, arguments, output)."""
     c = client(stack, run, attempt)
     messages = [{"role": "system", "content": "You are a weather assistant. Answer weather questions by calling get_weather."},
                 {"role": "user", "content": "What is the weather in London?"}]
     outputs = {"London": "rain, 12 degrees", "Paris": "sunny, 21 degrees"}
     prompts, texts, received = [], [], []
-    calls: dict[int, list[tuple[str, str, str]]] = {}  # call turn: (call id, arguments, output)
+    calls: dict[int, list[tuple[str, str, str]]] = {}
     for follow in ["And in Paris?", None]:
         # The call turn.
         ask = messages + [CALL_NOW]
@@ -241,7 +239,7 @@ def test_agent_with_tool_calls(tools_stack):
         assert ch.finish_reason == "tool_calls" and ch.message.tool_calls, f"no tool call: {ch}"
         assert r.usage.prompt_tokens == len(prompts[-1])
         texts.append(ch.message.content or "")
-        received.append(([e.logprob for e in ch.logprobs.content], "call"))
+        received.append([e.logprob for e in ch.logprobs.content])
         messages.append(ch.message.model_dump(exclude_none=True))
         mine = calls.setdefault(len(prompts) - 1, [])
         for tc in ch.message.tool_calls:
@@ -257,14 +255,17 @@ def test_agent_with_tool_calls(tools_stack):
         assert ch.finish_reason in ("stop", "length") and not ch.message.tool_calls
         assert ch.logprobs is None, "the client asked for no log-probs"
         texts.append(ch.message.content)
-        received.append((None, "answer"))
+        received.append(None)
         messages.append({"role": "assistant", "content": ch.message.content})
         if follow:
             messages.append({"role": "user", "content": follow})
+    return prompts, texts, received, calls
 
+
+def check_tool_turns(stack, run: str, attempt: str, prompts, texts, received, calls) -> list[dict]:
+    """The ledger's turns and tool calls of a tool_conversation attempt."""
     turns = [t for t in stack.turns(run) if t["attempt"] == attempt]
     assert [t["turn"] for t in turns] == list(range(len(prompts)))
-    rewrites = []
     for i, t in enumerate(turns):
         where = f"{run}/{attempt} turn {i}"
         assert t.get("tags", []) == [], f"{where}: tags {t.get('tags')}"
@@ -272,12 +273,12 @@ def test_agent_with_tool_calls(tools_stack):
             f"{where}: the prompt rebuilt from the ledger is not the engine's"
         assert t.get("text", "") == texts[i], where
         assert len(t["token_ids"]) == t["completion_tokens"] == len(t["logprobs"]), where
-        logprobs, kind = received[i]
-        if kind == "call":
+        if received[i] is not None:
             assert t["finish"] == "tool_call", where
             # Constrained by the engine's grammar, so not /completion's
             # unconstrained greedy: the answer's own entries are the truth.
-            assert max(abs(a - b) for a, b in zip(t["logprobs"], logprobs)) < 1e-5 and len(logprobs) == len(t["token_ids"]), where
+            assert len(received[i]) == len(t["token_ids"]), where
+            assert max(abs(a - b) for a, b in zip(t["logprobs"], received[i])) < 1e-5, where
             text = http_json(stack.engine + "/detokenize", {"tokens": t["token_ids"]})["content"]
             got = tool_calls_in(text)
             want = [("get_weather", json.loads(args)) for _, args, _ in calls[i]]
@@ -295,7 +296,6 @@ def test_agent_with_tool_calls(tools_stack):
             else:
                 assert "parent" not in t and t.get("diverged") == {"turn": i - 1, "at": at}, \
                     f"{where}: rendered history leaves the generated call at {at}, the ledger says {t.get('diverged')}"
-                rewrites.append(at)
             ids, lps = greedy(stack.engine, prompts[i], t["completion_tokens"])
             assert t["token_ids"] == ids, f"{where}: ids {t['token_ids']}, the engine's /completion gives {ids}"
             seen = http_json(stack.engine + "/detokenize", {"tokens": t["observation_token_ids"]})["content"]
@@ -308,6 +308,70 @@ def test_agent_with_tool_calls(tools_stack):
                   for turn, cs in calls.items() for k, (tc_id, args, out) in enumerate(cs))
     assert recorded == want, f"tool.called facts {recorded}, want {want}"
     assert not any(f.get("unanswered") for f in facts)
+    return turns
+
+
+def test_agent_with_tool_calls_trains(tools_stack):
+    """Two attempts of one group run the tool-calling agent through the
+    proxy while the scheduler and verifier write their facts through the
+    Python SDK. Each attempt's turns and tool calls are the engine's (see
+    check_tool_turns), the explorer shows them, and batch 1 trains them:
+    each sample segment is the sequence rebuilt from the ledger's turns,
+    from the first prompt token, trained exactly on the completions with
+    the engine's log-probs."""
+    stack = tools_stack
+    run = "py-tools"
+    attempts = ["group-0/attempt-0", "group-0/attempt-1"]
+    led = rl.Ledger(stack.ledger, source="py-scheduler")
+    led.send(led.event(run, rl.RunStarted(config=rl.RunConfig(group_size=2, batch_groups=1, enforce_admission=False),
+                                          model="SmolLM2-135M-Instruct", harness="weather-agent")))
+    led.send(led.event(run, rl.TaskRegistered(task="weather-0", source="test", kind="agentic", tier=1)))
+    led.send(led.event(run, rl.GroupStarted(group="group-0", task="weather-0", size=2, purpose="train")))
+    for a in attempts:
+        led.send(led.event(run, rl.AttemptStarted(attempt=a, group="group-0", task="weather-0", engine="llama-server",
+                                                  vm="vm-" + a[-1], fork_ms=0)))
+    turns = {}
+    for a in attempts:
+        conv = tool_conversation(stack, run, a)
+        turns[a] = check_tool_turns(stack, run, a, *conv)
+    for a, passed in zip(attempts, [True, False]):
+        led.send(led.event(run, rl.AttemptFinished(attempt=a, outcome="submitted")))
+        led.send(led.event(run, rl.RewardComputed(attempt=a, passed=passed, tests_passed=3 if passed else 0,
+                                                  tests_total=3, verifier="weather-check")))
+    batch = led.next_batch(run, after=0, wait=120)
+    assert batch is not None, "batch 1 was not sealed within 120 s"
+    samples = led.samples(run, 1).samples
+    for a in attempts:
+        ts = turns[a]
+        # A segment starts at the first turn and at each turn that does not
+        # extend the one before it; it ends with its last turn's whole
+        # sequence, trained on each of its turns' completions.
+        segments, cur = [], []
+        for i, t in enumerate(ts):
+            if cur and t.get("parent") != cur[-1]:
+                segments.append(cur)
+                cur = []
+            cur.append(i)
+        segments.append(cur)
+        mine = sorted((s for s in samples if s.attempt == a), key=lambda s: s.segment)
+        assert len(mine) == len(segments), f"{a}: {len(mine)} sample segments, want {len(segments)}: {segments}"
+        for s, seg in zip(mine, segments):
+            last = seg[-1]
+            want = whole_prompt(ts, last) + ts[last]["token_ids"]
+            mask = [0] * len(want)
+            logp = [0.0] * len(want)
+            for i in seg:
+                at = len(whole_prompt(ts, i))
+                for k, lp in enumerate(ts[i]["logprobs"]):
+                    mask[at + k], logp[at + k] = 1, lp
+            assert s.token_ids.tolist() == want, f"{a} segment {s.segment}: not the sequence of turns {seg}"
+            assert s.loss_mask.tolist() == mask, f"{a} segment {s.segment}: trained tokens are not the completions"
+            got = s.rollout_logprobs.tolist()
+            assert all(abs(got[k] - logp[k]) < 1e-6 for k in range(len(want)) if mask[k]), f"{a} segment {s.segment}"
+        # The explorer shows the attempt's turns.
+        view = http_json(f"{stack.ledger}/v1/runs/{run}/explore/attempts/{urllib.parse.quote(a, safe='')}")
+        assert len(view["turn_list"]) == len(ts), f"{a}: the explorer shows {len(view['turn_list'])} turns"
+    led.close()
 
 
 def tool_prompt_ids(engine: str, messages: list[dict]) -> list[int]:
