@@ -212,9 +212,12 @@ func proxyFigures(ctx context.Context, e *env) ([]*Figure, error) {
 	longDirect := &Figure{Name: fmt.Sprintf("completions, token-in, %d tokens: latency p50, straight to llama-server", realTurnTokens), Unit: "ms", Command: cmd, Note: longNote}
 	longAdded := &Figure{Name: fmt.Sprintf("completions, token-in, %d tokens: added latency p50", realTurnTokens), Unit: "ms", Command: cmd,
 		Note: "p50 through the proxy minus p50 straight, for answers of a real turn's length"}
+	engineNote := "the same requests straight to the engine with the log-probs the proxy asks for on the client's behalf (logprobs: 1), minus plain straight: the engine's own cost of computing and sending them, part of the added latency above"
+	tokenEngine := &Figure{Name: "completions, token-in, not streamed: added p50 straight, with the log-probs the proxy asks for", Unit: "ms", Command: cmd, Note: engineNote}
+	longEngine := &Figure{Name: fmt.Sprintf("completions, token-in, %d tokens: added p50 straight, with the log-probs the proxy asks for", realTurnTokens), Unit: "ms", Command: cmd, Note: engineNote}
 	direct := &Figure{Name: "sustained requests/s straight to llama-server", Unit: "req/s", Command: cmd}
 	turns := &Figure{Name: "sustained turns/s through the proxy, spool on", Unit: "turns/s", Command: cmd}
-	figs := []*Figure{directP50, proxyP50, addedP50, addedP99, splitWait, splitIDs, splitBuild, splitSpool, splitHop, sideAdded, tokenDirect, tokenAdded, longDirect, longAdded, ttfcDirect, ttfcAdded, gapDirect, gapAdded, chunks, direct, turns}
+	figs := []*Figure{directP50, proxyP50, addedP50, addedP99, splitWait, splitIDs, splitBuild, splitSpool, splitHop, sideAdded, tokenDirect, tokenAdded, tokenEngine, longDirect, longAdded, longEngine, ttfcDirect, ttfcAdded, gapDirect, gapAdded, chunks, direct, turns}
 
 	bin, model, missing := engineFiles()
 	if missing != "" {
@@ -318,9 +321,25 @@ func proxyFigures(ctx context.Context, e *env) ([]*Figure, error) {
 		if err != nil {
 			return nil, err
 		}
-		tokenIn := func(n int) func(int) []byte {
-			b, _ := json.Marshal(map[string]any{"prompt": prompt, "max_tokens": n, "temperature": 0, "ignore_eos": true, "cache_prompt": false})
+		tokenIn := func(n int, extra ...any) func(int) []byte {
+			req := map[string]any{"prompt": prompt, "max_tokens": n, "temperature": 0, "ignore_eos": true, "cache_prompt": false}
+			for k := 0; k+1 < len(extra); k += 2 {
+				req[extra[k].(string)] = extra[k+1]
+			}
+			b, _ := json.Marshal(req)
 			return func(int) []byte { return b }
+		}
+		// The engine's own part: the same requests straight, with and
+		// without the log-probs the proxy asks for on the client's behalf.
+		engineLogprobs := func(n, count int) (float64, error) {
+			plain, asked := tokenIn(n), tokenIn(n, "logprobs", 1)
+			a, b, err := pb.alternate(ctx, count, "/v1/completions", func(i, side int) (string, []byte) {
+				if side == 0 {
+					return pb.engine, plain(i)
+				}
+				return pb.engine, asked(i)
+			})
+			return quantile(b, 0.5) - quantile(a, 0.5), err
 		}
 		td, tp, err := pb.pairs(ctx, sz.whole, "/v1/completions", fmt.Sprintf("token-in-%d", r), tokenIn(8))
 		if err != nil {
@@ -328,13 +347,23 @@ func proxyFigures(ctx context.Context, e *env) ([]*Figure, error) {
 		}
 		tokenDirect.Runs = append(tokenDirect.Runs, quantile(td, 0.5))
 		tokenAdded.Runs = append(tokenAdded.Runs, quantile(tp, 0.5)-quantile(td, 0.5))
+		lpAdded, err := engineLogprobs(8, sz.whole)
+		if err != nil {
+			return nil, err
+		}
+		tokenEngine.Runs = append(tokenEngine.Runs, lpAdded)
 		e.log.Info("proxy: token-in completions of a real turn's length", "run", r+1, "tokens", realTurnTokens)
-		ld, lp, err := pb.pairs(ctx, max(sz.whole/4, 4), "/v1/completions", fmt.Sprintf("token-in-long-%d", r), tokenIn(realTurnTokens))
+		nLong := max(sz.whole/4, 4)
+		ld, lp, err := pb.pairs(ctx, nLong, "/v1/completions", fmt.Sprintf("token-in-long-%d", r), tokenIn(realTurnTokens))
 		if err != nil {
 			return nil, err
 		}
 		longDirect.Runs = append(longDirect.Runs, quantile(ld, 0.5))
 		longAdded.Runs = append(longAdded.Runs, quantile(lp, 0.5)-quantile(ld, 0.5))
+		if lpAdded, err = engineLogprobs(realTurnTokens, nLong); err != nil {
+			return nil, err
+		}
+		longEngine.Runs = append(longEngine.Runs, lpAdded)
 
 		e.log.Info("proxy: streams", "run", r+1)
 		var dt, pt, dg, pg []float64
@@ -438,22 +467,33 @@ func (pb *proxyBench) postTo(ctx context.Context, base, route string, body []byt
 const realTurnTokens = 380
 
 // pairs sends n requests to route, each once straight to the engine and
-// once through the proxy (attempt prefix-i), the order alternating so
-// neither side always goes first, and returns both sides' times in ms.
+// once through the proxy (attempt prefix-i), and returns both sides' times
+// in ms.
 func (pb *proxyBench) pairs(ctx context.Context, n int, route, prefix string, body func(i int) []byte) (straight, through []float64, err error) {
+	return pb.alternate(ctx, n, route, func(i, side int) (string, []byte) {
+		if side == 0 {
+			return pb.engine, body(i)
+		}
+		return pb.attemptURL(fmt.Sprintf("%s-%d", prefix, i)), body(i)
+	})
+}
+
+// alternate sends n pairs of requests to route, side 0 and side 1 of pair
+// i as send(i, side) says, the order alternating so that neither side
+// always goes first, and returns each side's times in ms.
+func (pb *proxyBench) alternate(ctx context.Context, n int, route string, send func(i, side int) (base string, body []byte)) (zero, one []float64, err error) {
 	for i := range n {
-		b := body(i)
-		sides := [2]string{pb.engine, pb.attemptURL(fmt.Sprintf("%s-%d", prefix, i))}
 		var ms [2]float64
 		for k := range 2 {
 			side := (k + i) % 2
-			if ms[side], err = pb.wholeAt(ctx, sides[side], route, b); err != nil {
+			base, body := send(i, side)
+			if ms[side], err = pb.wholeAt(ctx, base, route, body); err != nil {
 				return nil, nil, err
 			}
 		}
-		straight, through = append(straight, ms[0]), append(through, ms[1])
+		zero, one = append(zero, ms[0]), append(one, ms[1])
 	}
-	return straight, through, nil
+	return zero, one, nil
 }
 
 // whole times one non-streaming chat request to its last byte, in ms.
