@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
 	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/replay/dataset"
 )
 
 // GroupScale runs the paths that must stay bounded as a run grows (issue
@@ -88,8 +90,11 @@ func scaleFigures(ctx context.Context, e *env) ([]*Figure, error) {
 		return nil, err
 	}
 	figs = append(figs, gen...)
-	figs = append(figs, &Figure{Name: "export peak RSS, large over small", Unit: "x", Skipped: true, Command: e.cmd(GroupScale),
-		Note: "slot for the dataset exports' peak memory at the two sizes, not wired in yet: EXPORT_MEMORY_FACTS=1000000,10000000 go test ./replay/dataset/ -run - -bench ExportMemory -benchtime 1x measures it"})
+	ex, err := exportFigures(ctx, e, sizes)
+	if err != nil {
+		return nil, err
+	}
+	figs = append(figs, ex...)
 	an, err := analystsScale(ctx, e, sizes)
 	if err != nil {
 		return nil, err
@@ -156,6 +161,97 @@ func generatorChildRun(ctx context.Context, exe string, n int) (generatorSample,
 		}
 	}
 	return s, fmt.Errorf("generator child, %d facts, printed no result\n%s", n, tail([]byte(stderr.String())))
+}
+
+// exportFigures export a simulated run's archive at each size in every
+// dataset format, each in a child process (`rolloutledger export
+// --archive`, as a user runs it): peak RSS and rate at each size, and
+// their growth.
+func exportFigures(ctx context.Context, e *env, sizes [2]int) ([]*Figure, error) {
+	exe := e.o.Executable
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return nil, err
+		}
+	}
+	dir, err := os.MkdirTemp("", "rolloutledger-bench-export-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	var archives [2]string
+	for i, n := range sizes {
+		run := fmt.Sprintf("bench-export-%d", n)
+		d := filepath.Join(dir, run)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+		e.log.Info("scale: writing the export's archive", "facts", n)
+		if archives[i], err = writeSimArchive(d, run, scaleOptions(n)); err != nil {
+			return nil, err
+		}
+	}
+	var figs []*Figure
+	for _, format := range dataset.Formats {
+		var rss, rate [2]*Figure
+		for i, n := range sizes {
+			rss[i] = &Figure{Name: fmt.Sprintf("export %s peak RSS, %s facts", format, facts(n)), Unit: "MiB", Command: e.cmd(GroupScale),
+				Note: "rolloutledger export --archive A --format " + format + " in a child process, from the archive of a simulated run of the scale shape (no text or tokens)"}
+			rate[i] = &Figure{Name: fmt.Sprintf("export %s rate, %s facts", format, facts(n)), Unit: "facts/s", Command: e.cmd(GroupScale),
+				Note: "facts of the run over the child's wall time"}
+			for range e.o.Runs {
+				peak, secs, err := exportChildRun(ctx, exe, archives[i], fmt.Sprintf("bench-export-%d", n), format, filepath.Join(dir, "out"))
+				if err != nil {
+					return nil, err
+				}
+				e.log.Info("scale: export", "format", format, "facts", n, "peak_rss_mib", peak, "seconds", secs)
+				rss[i].Runs = append(rss[i].Runs, peak)
+				rate[i].Runs = append(rate[i].Runs, float64(n)/max(secs, 1e-3))
+			}
+		}
+		growth := &Figure{Name: fmt.Sprintf("export %s peak RSS, large over small", format), Unit: "x", Command: e.cmd(GroupScale),
+			Note: fmt.Sprintf("peak RSS at %s facts over %s: flat memory is 1", facts(sizes[1]), facts(sizes[0]))}
+		growth.Runs = ratios(rss[1].Runs, rss[0].Runs)
+		growth.link = func(map[string]*Figure) { growth.goalAtMost(1.2, "<= 1.2") }
+		slowdown := &Figure{Name: fmt.Sprintf("export %s rate, small over large", format), Unit: "x", Command: e.cmd(GroupScale),
+			Note: "rate at the small size over the rate at the large: 1 is a rate that does not fall as the run grows"}
+		slowdown.Runs = ratios(rate[0].Runs, rate[1].Runs)
+		slowdown.link = func(map[string]*Figure) { slowdown.goalAtMost(1.2, "<= 1.2") }
+		figs = append(figs, rss[0], rss[1], growth, rate[0], rate[1], slowdown)
+	}
+	return figs, nil
+}
+
+// exportChildRun exports run from archive in format into a fresh out and
+// returns the child's peak RSS (MiB) and wall time (s).
+func exportChildRun(ctx context.Context, exe, archive, run, format, out string) (float64, float64, error) {
+	if err := os.RemoveAll(out); err != nil {
+		return 0, 0, err
+	}
+	defer os.RemoveAll(out)
+	target := out
+	if format == "atif" || format == "messages" {
+		if err := os.MkdirAll(out, 0o755); err != nil {
+			return 0, 0, err
+		}
+		target = filepath.Join(out, run+".jsonl")
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Hour)
+	defer cancel()
+	c := exec.CommandContext(cctx, exe, "export", "--archive", archive, "--run", run, "--format", format, "--out", target)
+	var stderr strings.Builder
+	c.Stderr = &stderr
+	t0 := time.Now()
+	if err := c.Run(); err != nil {
+		return 0, 0, fmt.Errorf("export %s of %s: %v\n%s", format, archive, err, tail([]byte(stderr.String())))
+	}
+	secs := time.Since(t0).Seconds()
+	ru, ok := c.ProcessState.SysUsage().(*syscall.Rusage)
+	if !ok {
+		return 0, 0, fmt.Errorf("export %s: no resource usage of the child", format)
+	}
+	return float64(ru.Maxrss) / 1024, secs, nil
 }
 
 // analystsScale times the analysts' documented queries at both sizes:
