@@ -205,8 +205,9 @@ func newAnswer(o obj) *answer {
 	return &answer{o: o, choices: chs, parsed: make([]obj, len(chs)), failed: make([]bool, len(chs))}
 }
 
-// choice is choice i's members, or false when it is no object. Callers
-// that change it own the change: strip is the last to read an answer.
+// choice is choice i's members (nil for a null choice), or false when it
+// is neither an object nor null. Callers that change it own the change:
+// strip is the last to read an answer.
 func (a *answer) choice(i int) (obj, bool) {
 	if a.parsed[i] == nil && !a.failed[i] {
 		ch := newObj()
