@@ -43,7 +43,7 @@ type sample struct {
 // child.
 func IsChild() bool {
 	v := os.Getenv(ChildEnv)
-	return v == "projector-rss" || v == replayChild || v == sealChild || v == generatorChild
+	return v == "projector-rss" || v == replayChild || v == sealChild || v == generatorChild || v == exportChild
 }
 
 // RunChild is the memory figure's child: it runs a projector over the
@@ -58,6 +58,9 @@ func RunChild(ctx context.Context, out io.Writer) error {
 	}
 	if os.Getenv(ChildEnv) == sealChild {
 		return runSealChild(ctx, json.NewEncoder(out))
+	}
+	if os.Getenv(ChildEnv) == exportChild {
+		return runExportChild(ctx, json.NewEncoder(out))
 	}
 	end, err := strconv.ParseInt(os.Getenv(childEnd), 10, 64)
 	if err != nil {

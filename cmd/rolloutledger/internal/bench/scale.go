@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
 	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/replay"
 	"github.com/rolloutledger/rolloutledger/replay/dataset"
 )
 
@@ -79,7 +81,9 @@ func runGeneratorChild(enc *json.Encoder) error {
 		return err
 	}
 	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	return enc.Encode(generatorSample{Facts: n, PeakMiB: float64(ru.Maxrss) / 1024, CPUSecs: cpu.Seconds(), Bytes: size})
+	// VmHWM, not ru_maxrss: a child's ru_maxrss takes in its parent's
+	// peak, which it shared until exec.
+	return enc.Encode(generatorSample{Facts: n, PeakMiB: peakRSS(), CPUSecs: cpu.Seconds(), Bytes: size})
 }
 
 func scaleFigures(ctx context.Context, e *env) ([]*Figure, error) {
@@ -197,9 +201,9 @@ func exportFigures(ctx context.Context, e *env, sizes [2]int) ([]*Figure, error)
 		var rss, rate [2]*Figure
 		for i, n := range sizes {
 			rss[i] = &Figure{Name: fmt.Sprintf("export %s peak RSS, %s facts", format, facts(n)), Unit: "MiB", Command: e.cmd(GroupScale),
-				Note: "rolloutledger export --archive A --format " + format + " in a child process, from the archive of a simulated run of the scale shape (no text or tokens)"}
+				Note: "the export of rolloutledger export --archive A --format " + format + ", in a child process (peak RSS: its VmHWM), from the archive of a simulated run of the scale shape"}
 			rate[i] = &Figure{Name: fmt.Sprintf("export %s rate, %s facts", format, facts(n)), Unit: "facts/s", Command: e.cmd(GroupScale),
-				Note: "facts of the run over the child's wall time"}
+				Note: "facts of the run over the export's wall time in the child"}
 			for range e.o.Runs {
 				peak, secs, err := exportChildRun(ctx, exe, archives[i], fmt.Sprintf("bench-export-%d", n), format, filepath.Join(dir, "out"))
 				if err != nil {
@@ -223,35 +227,69 @@ func exportFigures(ctx context.Context, e *env, sizes [2]int) ([]*Figure, error)
 	return figs, nil
 }
 
-// exportChildRun exports run from archive in format into a fresh out and
-// returns the child's peak RSS (MiB) and wall time (s).
+// exportChild is the ChildEnv value of the exports' child: it exports the
+// archive named by exportArchive in childFormat to childOut, its scratch
+// in exportScratch, and prints its peak resident memory and time.
+const (
+	exportChild   = "export-rss"
+	exportArchive = "ROLLOUTLEDGER_BENCH_EXPORT_ARCHIVE"
+	childFormat   = "ROLLOUTLEDGER_BENCH_EXPORT_FORMAT"
+	childOut      = "ROLLOUTLEDGER_BENCH_EXPORT_OUT"
+	exportScratch = "ROLLOUTLEDGER_BENCH_EXPORT_SCRATCH"
+)
+
+type exportSample struct {
+	Facts   uint64  `json:"facts"`
+	PeakMiB float64 `json:"peak_rss_mib"` // VmHWM
+	Seconds float64 `json:"seconds"`
+}
+
+// runExportChild exports as `rolloutledger export --archive` does.
+func runExportChild(ctx context.Context, enc *json.Encoder) error {
+	a, err := replay.OpenArchive(os.Getenv(exportArchive))
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	res, err := dataset.Export(ctx, []replay.Source{a}, os.Getenv(childFormat), os.Getenv(childOut), dataset.Options{ScratchDir: os.Getenv(exportScratch)})
+	if err != nil {
+		return err
+	}
+	return enc.Encode(exportSample{Facts: res.Facts, PeakMiB: peakRSS(), Seconds: time.Since(start).Seconds()})
+}
+
+// exportChildRun exports run from archive in format into a fresh out, in
+// a child process, and returns its peak RSS (MiB, VmHWM: a child's
+// ru_maxrss would take in this process's own peak, shared until exec) and
+// its time (s).
 func exportChildRun(ctx context.Context, exe, archive, run, format, out string) (float64, float64, error) {
 	if err := os.RemoveAll(out); err != nil {
 		return 0, 0, err
 	}
 	defer os.RemoveAll(out)
-	target := out
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return 0, 0, err
+	}
+	target := filepath.Join(out, run)
 	if format == "atif" || format == "messages" {
-		if err := os.MkdirAll(out, 0o755); err != nil {
-			return 0, 0, err
-		}
-		target = filepath.Join(out, run+".jsonl")
+		target += ".jsonl"
 	}
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Hour)
 	defer cancel()
-	c := exec.CommandContext(cctx, exe, "export", "--archive", archive, "--run", run, "--format", format, "--out", target)
+	c := exec.CommandContext(cctx, exe, "bench")
+	c.Env = append(os.Environ(), ChildEnv+"="+exportChild, exportArchive+"="+archive, childFormat+"="+format,
+		childOut+"="+target, exportScratch+"="+out)
 	var stderr strings.Builder
 	c.Stderr = &stderr
-	t0 := time.Now()
-	if err := c.Run(); err != nil {
+	b, err := c.Output()
+	if err != nil {
 		return 0, 0, fmt.Errorf("export %s of %s: %v\n%s", format, archive, err, tail([]byte(stderr.String())))
 	}
-	secs := time.Since(t0).Seconds()
-	ru, ok := c.ProcessState.SysUsage().(*syscall.Rusage)
-	if !ok {
-		return 0, 0, fmt.Errorf("export %s: no resource usage of the child", format)
+	var s exportSample
+	if err := json.Unmarshal(bytes.TrimSpace(b), &s); err != nil || s.Facts == 0 {
+		return 0, 0, fmt.Errorf("export %s of %s printed no result: %q\n%s", format, archive, tail(b), tail([]byte(stderr.String())))
 	}
-	return float64(ru.Maxrss) / 1024, secs, nil
+	return s.PeakMiB, s.Seconds, nil
 }
 
 // analystsScale times the analysts' documented queries at both sizes:
