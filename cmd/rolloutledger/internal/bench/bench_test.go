@@ -81,10 +81,6 @@ func TestShortRunsEveryFigure(t *testing.T) {
 				t.Logf("%s: %s", f.Name, f.Note)
 				continue
 			}
-			if f.Group == bench.GroupScale && strings.HasPrefix(f.Note, "slot for") {
-				t.Logf("%s: %s", f.Name, f.Note)
-				continue
-			}
 			if f.Group == bench.GroupTokens && python == "" && strings.Contains(f.Note, "cannot import") {
 				t.Logf("%s: skipped without $ROLLOUTLEDGER_PYTHON: %s", f.Name, f.Note)
 				continue
