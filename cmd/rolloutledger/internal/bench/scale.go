@@ -205,13 +205,13 @@ func exportFigures(ctx context.Context, e *env, sizes [2]int) ([]*Figure, error)
 			rate[i] = &Figure{Name: fmt.Sprintf("export %s rate, %s facts", format, facts(n)), Unit: "facts/s", Command: e.cmd(GroupScale),
 				Note: "facts of the run over the export's wall time in the child"}
 			for range e.o.Runs {
-				peak, secs, err := exportChildRun(ctx, exe, archives[i], fmt.Sprintf("bench-export-%d", n), format, filepath.Join(dir, "out"))
+				s, err := exportChildRun(ctx, exe, archives[i], fmt.Sprintf("bench-export-%d", n), format, filepath.Join(dir, "out"))
 				if err != nil {
 					return nil, err
 				}
-				e.log.Info("scale: export", "format", format, "facts", n, "peak_rss_mib", peak, "seconds", secs)
-				rss[i].Runs = append(rss[i].Runs, peak)
-				rate[i].Runs = append(rate[i].Runs, float64(n)/max(secs, 1e-3))
+				e.log.Info("scale: export", "format", format, "facts", s.Facts, "peak_rss_mib", s.PeakMiB, "seconds", s.Seconds)
+				rss[i].Runs = append(rss[i].Runs, s.PeakMiB)
+				rate[i].Runs = append(rate[i].Runs, float64(s.Facts)/max(s.Seconds, 1e-3))
 			}
 		}
 		growth := &Figure{Name: fmt.Sprintf("export %s peak RSS, large over small", format), Unit: "x", Command: e.cmd(GroupScale),
@@ -259,16 +259,16 @@ func runExportChild(ctx context.Context, enc *json.Encoder) error {
 }
 
 // exportChildRun exports run from archive in format into a fresh out, in
-// a child process, and returns its peak RSS (MiB, VmHWM: a child's
-// ru_maxrss would take in this process's own peak, shared until exec) and
-// its time (s).
-func exportChildRun(ctx context.Context, exe, archive, run, format, out string) (float64, float64, error) {
+// a child process, and returns what it printed: the facts, its peak RSS
+// (VmHWM: a child's ru_maxrss would take in this process's own peak,
+// shared until exec) and the export's time.
+func exportChildRun(ctx context.Context, exe, archive, run, format, out string) (exportSample, error) {
 	if err := os.RemoveAll(out); err != nil {
-		return 0, 0, err
+		return exportSample{}, err
 	}
 	defer os.RemoveAll(out)
 	if err := os.MkdirAll(out, 0o755); err != nil {
-		return 0, 0, err
+		return exportSample{}, err
 	}
 	target := filepath.Join(out, run)
 	if format == "atif" || format == "messages" {
@@ -283,13 +283,13 @@ func exportChildRun(ctx context.Context, exe, archive, run, format, out string) 
 	c.Stderr = &stderr
 	b, err := c.Output()
 	if err != nil {
-		return 0, 0, fmt.Errorf("export %s of %s: %v\n%s", format, archive, err, tail([]byte(stderr.String())))
+		return exportSample{}, fmt.Errorf("export %s of %s: %v\n%s", format, archive, err, tail([]byte(stderr.String())))
 	}
 	var s exportSample
 	if err := json.Unmarshal(bytes.TrimSpace(b), &s); err != nil || s.Facts == 0 {
-		return 0, 0, fmt.Errorf("export %s of %s printed no result: %q\n%s", format, archive, tail(b), tail([]byte(stderr.String())))
+		return exportSample{}, fmt.Errorf("export %s of %s printed no result: %q\n%s", format, archive, tail(b), tail([]byte(stderr.String())))
 	}
-	return s.PeakMiB, s.Seconds, nil
+	return s, nil
 }
 
 // analystsScale times the analysts' documented queries at both sizes:
