@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -141,19 +142,30 @@ func replayMemoryRun(ctx context.Context, e *env, exe, dir string, n int) (repla
 	}
 	runtime.GC()
 	e.log.Info("replay memory: verifying in a child", "facts", n, "archive_mb", st.Size()/1e6)
-	c := exec.CommandContext(ctx, exe, "bench")
-	c.Env = append(os.Environ(), ChildEnv+"="+replayChild, childArchive+"="+arch, childDir+"="+dir)
-	var stderr strings.Builder
-	c.Stderr = &stderr
-	out, err := c.Output()
-	if err != nil {
-		return replaySample{}, 0, fmt.Errorf("replay memory child, %d facts: %v\n%s", n, err, tail([]byte(stderr.String())))
-	}
 	var s replaySample
-	if err := json.Unmarshal(out, &s); err != nil {
-		return replaySample{}, 0, fmt.Errorf("replay memory child, %d facts: %v: %q", n, err, tail(out))
+	if err := runChild(ctx, exe, fmt.Sprintf("replay memory child, %d facts", n), &s,
+		ChildEnv+"="+replayChild, childArchive+"="+arch, childDir+"="+dir); err != nil {
+		return replaySample{}, 0, err
 	}
 	return s, st.Size(), nil
+}
+
+// runChild runs this binary as the bench child that env selects and
+// decodes the one line of JSON it prints into out; what names the child
+// in errors, with the end of its stderr.
+func runChild(ctx context.Context, exe, what string, out any, env ...string) error {
+	c := exec.CommandContext(ctx, exe, "bench")
+	c.Env = append(os.Environ(), env...)
+	var stderr strings.Builder
+	c.Stderr = &stderr
+	b, err := c.Output()
+	if err != nil {
+		return fmt.Errorf("%s: %v\n%s", what, err, tail([]byte(stderr.String())))
+	}
+	if err := json.Unmarshal(bytes.TrimSpace(b), out); err != nil {
+		return fmt.Errorf("%s printed no result: %v: %q\n%s", what, err, tail(b), tail([]byte(stderr.String())))
+	}
+	return nil
 }
 
 // writeSimArchive generates a run, folds it into a scratch Pebble store to

@@ -1,13 +1,10 @@
 package bench
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -149,22 +146,15 @@ func generatorFigures(ctx context.Context, e *env, sizes [2]int) ([]*Figure, err
 func generatorChildRun(ctx context.Context, exe string, n int) (generatorSample, error) {
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Hour)
 	defer cancel()
-	c := exec.CommandContext(cctx, exe, "bench")
-	c.Env = append(os.Environ(), ChildEnv+"="+generatorChild, childEnd+"="+strconv.Itoa(n))
-	var stderr strings.Builder
-	c.Stderr = &stderr
-	out, err := c.Output()
-	if err != nil {
-		return generatorSample{}, fmt.Errorf("generator child, %d facts: %v\n%s", n, err, tail([]byte(stderr.String())))
-	}
+	what := fmt.Sprintf("generator child, %d facts", n)
 	var s generatorSample
-	sc := bufio.NewScanner(strings.NewReader(string(out)))
-	for sc.Scan() {
-		if json.Unmarshal(sc.Bytes(), &s) == nil && s.Facts > 0 {
-			return s, nil
-		}
+	if err := runChild(cctx, exe, what, &s, ChildEnv+"="+generatorChild, childEnd+"="+strconv.Itoa(n)); err != nil {
+		return generatorSample{}, err
 	}
-	return s, fmt.Errorf("generator child, %d facts, printed no result\n%s", n, tail([]byte(stderr.String())))
+	if s.Facts == 0 {
+		return s, fmt.Errorf("%s generated no facts", what)
+	}
+	return s, nil
 }
 
 // exportFigures export a simulated run's archive at each size in every
@@ -228,14 +218,12 @@ func exportFigures(ctx context.Context, e *env, sizes [2]int) ([]*Figure, error)
 }
 
 // exportChild is the ChildEnv value of the exports' child: it exports the
-// archive named by exportArchive in childFormat to childOut, its scratch
-// in exportScratch, and prints its peak resident memory and time.
+// archive named by childArchive in childFormat to childOut, its scratch
+// in childDir, and prints its peak resident memory and time.
 const (
-	exportChild   = "export-rss"
-	exportArchive = "ROLLOUTLEDGER_BENCH_EXPORT_ARCHIVE"
-	childFormat   = "ROLLOUTLEDGER_BENCH_EXPORT_FORMAT"
-	childOut      = "ROLLOUTLEDGER_BENCH_EXPORT_OUT"
-	exportScratch = "ROLLOUTLEDGER_BENCH_EXPORT_SCRATCH"
+	exportChild = "export-rss"
+	childFormat = "ROLLOUTLEDGER_BENCH_EXPORT_FORMAT"
+	childOut    = "ROLLOUTLEDGER_BENCH_EXPORT_OUT"
 )
 
 type exportSample struct {
@@ -246,12 +234,12 @@ type exportSample struct {
 
 // runExportChild exports as `rolloutledger export --archive` does.
 func runExportChild(ctx context.Context, enc *json.Encoder) error {
-	a, err := replay.OpenArchive(os.Getenv(exportArchive))
+	a, err := replay.OpenArchive(os.Getenv(childArchive))
 	if err != nil {
 		return err
 	}
 	start := time.Now()
-	res, err := dataset.Export(ctx, []replay.Source{a}, os.Getenv(childFormat), os.Getenv(childOut), dataset.Options{ScratchDir: os.Getenv(exportScratch)})
+	res, err := dataset.Export(ctx, []replay.Source{a}, os.Getenv(childFormat), os.Getenv(childOut), dataset.Options{ScratchDir: os.Getenv(childDir)})
 	if err != nil {
 		return err
 	}
@@ -276,18 +264,14 @@ func exportChildRun(ctx context.Context, exe, archive, run, format, out string) 
 	}
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Hour)
 	defer cancel()
-	c := exec.CommandContext(cctx, exe, "bench")
-	c.Env = append(os.Environ(), ChildEnv+"="+exportChild, exportArchive+"="+archive, childFormat+"="+format,
-		childOut+"="+target, exportScratch+"="+out)
-	var stderr strings.Builder
-	c.Stderr = &stderr
-	b, err := c.Output()
-	if err != nil {
-		return exportSample{}, fmt.Errorf("export %s of %s: %v\n%s", format, archive, err, tail([]byte(stderr.String())))
-	}
+	what := fmt.Sprintf("export %s of %s", format, archive)
 	var s exportSample
-	if err := json.Unmarshal(bytes.TrimSpace(b), &s); err != nil || s.Facts == 0 {
-		return exportSample{}, fmt.Errorf("export %s of %s printed no result: %q\n%s", format, archive, tail(b), tail([]byte(stderr.String())))
+	if err := runChild(cctx, exe, what, &s, ChildEnv+"="+exportChild, childArchive+"="+archive, childFormat+"="+format,
+		childOut+"="+target, childDir+"="+out); err != nil {
+		return exportSample{}, err
+	}
+	if s.Facts == 0 {
+		return s, fmt.Errorf("%s exported no facts", what)
 	}
 	return s, nil
 }
