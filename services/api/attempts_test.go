@@ -128,15 +128,9 @@ func errorMessage(v map[string]any) string {
 // kafka_unreachable with Retry-After, naming no broker (and a service
 // without a logger does not fail on it).
 func TestAttemptLookupKafkaUnreachable(t *testing.T) {
-	p, err := projector.Open(projector.Options{Kafka: kafkalog.Config{Brokers: []string{"127.0.0.1:1"}}, Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	mux := auth.NewRouter(nil, nil)
-	(&Service{Projector: p}).Register(mux)
+	h := offlineService(t)
 	w := httptest.NewRecorder()
-	httpx.Canonical(mux).ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/v1/runs/r/attempts/a-1?wait=0s", nil))
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/v1/runs/r/attempts/a-1?wait=0s", nil))
 	if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), `"code":"kafka_unreachable"`) ||
 		w.Header().Get("Retry-After") == "" || strings.Contains(w.Body.String(), "127.0.0.1") {
 		t.Errorf("got %d %s (Retry-After %q), want 503 kafka_unreachable with Retry-After and no broker address", w.Code, w.Body, w.Header().Get("Retry-After"))

@@ -9,10 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rolloutledger/rolloutledger/internal/auth"
 	"github.com/rolloutledger/rolloutledger/internal/httpx"
-	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
-	"github.com/rolloutledger/rolloutledger/services/projector"
 )
 
 // FuzzGet sends arbitrary request targets to the query routes, as the
@@ -28,14 +25,7 @@ func FuzzGet(f *testing.F) {
 	} {
 		f.Add(s)
 	}
-	p, err := projector.Open(projector.Options{Kafka: kafkalog.Config{Brokers: []string{"127.0.0.1:1"}}, Dir: f.TempDir()})
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { p.Close() })
-	mux := auth.NewRouter(nil, nil)
-	(&Service{Projector: p}).Register(mux)
-	h := httpx.Canonical(mux)
+	h := offlineService(f)
 	f.Fuzz(func(t *testing.T, target string) {
 		u, err := url.ParseRequestURI(target)
 		if err != nil || u.Host != "" || u.Scheme != "" {

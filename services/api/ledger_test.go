@@ -164,3 +164,17 @@ func fetch(ctx context.Context, url, token, accept string) (int, http.Header, []
 	body, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, resp.Header, body, err
 }
+
+// offlineService is the api service over a projector whose Kafka cannot be
+// reached, behind the router and path canonicalisation a ledger uses: what
+// the routes answer before they can read the log.
+func offlineService(tb testing.TB) http.Handler {
+	p, err := projector.Open(projector.Options{Kafka: kafkalog.Config{Brokers: []string{"127.0.0.1:1"}}, Dir: tb.TempDir()})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { p.Close() })
+	mux := auth.NewRouter(nil, nil)
+	(&Service{Projector: p}).Register(mux)
+	return httpx.Canonical(mux)
+}

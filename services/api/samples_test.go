@@ -13,11 +13,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 
-	"github.com/rolloutledger/rolloutledger/internal/auth"
 	"github.com/rolloutledger/rolloutledger/internal/httpx"
-	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/projections"
-	"github.com/rolloutledger/rolloutledger/services/projector"
 )
 
 func testSamples(t *testing.T) ([]projections.Sample, []byte) {
@@ -116,14 +113,7 @@ func equalInts(a, b []int64) bool {
 // rules out both renderings is refused with 406 naming them, and every
 // answer varies by Accept.
 func TestSamplesNegotiation(t *testing.T) {
-	p, err := projector.Open(projector.Options{Kafka: kafkalog.Config{Brokers: []string{"127.0.0.1:1"}}, Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	mux := auth.NewRouter(nil, nil)
-	(&Service{Projector: p}).Register(mux)
-	h := httpx.Canonical(mux)
+	h := offlineService(t)
 	for _, tc := range []struct {
 		accept string
 		code   int

@@ -10,11 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rolloutledger/rolloutledger/internal/auth"
 	"github.com/rolloutledger/rolloutledger/internal/httpx"
-	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/internal/testenv"
-	"github.com/rolloutledger/rolloutledger/services/projector"
 )
 
 // checkRefusal checks an answer is the contract's error body with this
@@ -135,14 +132,7 @@ func TestStalledSamplesReaders(t *testing.T) {
 // after names the batch before the one waited for, so the largest
 // sequence number cannot be an after: it used to wrap around to batch 0.
 func TestNextAfterLargest(t *testing.T) {
-	p, err := projector.Open(projector.Options{Kafka: kafkalog.Config{Brokers: []string{"127.0.0.1:1"}}, Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	mux := auth.NewRouter(nil, nil)
-	(&Service{Projector: p}).Register(mux)
-	h := httpx.Canonical(mux)
+	h := offlineService(t)
 	for _, tc := range []struct {
 		after string
 		code  int
