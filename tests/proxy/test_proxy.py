@@ -36,8 +36,9 @@ def client(stack, run: str, attempt: str) -> openai.OpenAI:
 
 # --- the engine's own answers, the test's source of truth -------------------
 
-def chat_prompt_ids(engine: str, messages: list[dict]) -> list[int]:
-    prompt = http_json(engine + "/apply-template", {"messages": messages})["prompt"]
+def chat_prompt_ids(engine: str, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
+    body = {"messages": messages} | ({"tools": tools} if tools else {})
+    prompt = http_json(engine + "/apply-template", body)["prompt"]
     return http_json(engine + "/tokenize", {"content": prompt, "add_special": True, "parse_special": True})["tokens"]
 
 
@@ -232,7 +233,7 @@ def tool_conversation(stack, run: str, attempt: str):
     for follow in ["And in Paris?", None]:
         # The call turn.
         ask = messages + [CALL_NOW]
-        prompts.append(tool_prompt_ids(stack.engine, ask))
+        prompts.append(chat_prompt_ids(stack.engine, ask, [WEATHER]))
         r = c.chat.completions.create(model=MODEL, messages=ask, tools=[WEATHER], tool_choice="required",
                                       max_tokens=100, temperature=0, logprobs=True, **NO_CACHE)
         ch = r.choices[0]
@@ -248,7 +249,7 @@ def tool_conversation(stack, run: str, attempt: str):
             mine.append((tc.id, tc.function.arguments, out))
             messages.append({"role": "tool", "tool_call_id": tc.id, "content": out})
         # The answer turn, with the tool outputs in its prompt.
-        prompts.append(tool_prompt_ids(stack.engine, messages))
+        prompts.append(chat_prompt_ids(stack.engine, messages, [WEATHER]))
         r = c.chat.completions.create(model=MODEL, messages=messages, tools=[WEATHER], max_tokens=24, temperature=0,
                                       **NO_CACHE)
         ch = r.choices[0]
@@ -372,8 +373,3 @@ def test_agent_with_tool_calls_trains(tools_stack):
         view = http_json(f"{stack.ledger}/v1/runs/{run}/explore/attempts/{urllib.parse.quote(a, safe='')}")
         assert len(view["turn_list"]) == len(ts), f"{a}: the explorer shows {len(view['turn_list'])} turns"
     led.close()
-
-
-def tool_prompt_ids(engine: str, messages: list[dict]) -> list[int]:
-    prompt = http_json(engine + "/apply-template", {"messages": messages, "tools": [WEATHER]})["prompt"]
-    return http_json(engine + "/tokenize", {"content": prompt, "add_special": True, "parse_special": True})["tokens"]
