@@ -91,7 +91,13 @@ func scaleFigures(ctx context.Context, e *env) ([]*Figure, error) {
 		return nil, err
 	}
 	figs = append(figs, gen...)
-	ex, err := exportFigures(ctx, e, sizes)
+	// Short mode (CI, under the race detector) exports tiny runs: four
+	// formats at two sizes of 50 K and 200 K facts took minutes there.
+	exSizes := sizes
+	if e.o.Short {
+		exSizes = [2]int{5_000, 20_000}
+	}
+	ex, err := exportFigures(ctx, e, exSizes)
 	if err != nil {
 		return nil, err
 	}
