@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/rolloutledger/rolloutledger/internal/embedded"
 	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
@@ -38,7 +39,17 @@ func UniquePrefix(t testing.TB) string {
 	t.Helper()
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	name := strings.NewReplacer("/", "-", " ", "_").Replace(t.Name())
+	// Kafka allows ASCII letters and digits, '.', '_' and '-' in a topic's
+	// name; a subtest's name may hold anything.
+	name := strings.Map(func(r rune) rune {
+		switch {
+		case r == '/':
+			return '-'
+		case r < 128 && (r == '.' || r == '_' || r == '-' || unicode.IsLetter(r) || unicode.IsDigit(r)):
+			return r
+		}
+		return '_'
+	}, t.Name())
 	if len(name) > 40 {
 		name = name[:40]
 	}
