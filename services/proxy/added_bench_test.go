@@ -24,7 +24,15 @@ import (
 //
 //	go test -run '^$' -bench AddedTokenIn -benchtime 2000x ./services/proxy/
 func BenchmarkAddedTokenIn(b *testing.B) {
-	_, engURL := startFixtureEngine(b, "llamacpp", "completions")
+	// The recorded 12-token answer, and one of a real agent turn's median
+	// length (380 tokens), where the proxy's per-token work shows.
+	b.Run("tokens=12", func(b *testing.B) { benchAdded(b, nil) })
+	b.Run("tokens=380", func(b *testing.B) { benchAdded(b, proxy.LlamaAnswer(380)) })
+}
+
+func benchAdded(b *testing.B, answer []byte) {
+	fe, engURL := startFixtureEngine(b, "llamacpp", "completions")
+	fe.answer = answer
 	led := startLedger(b)
 	rec := startProxy(b, proxy.Options{Upstreams: []string{engURL}, Engine: proxy.EngineLlamaCPP, Ledger: led.url})
 	// The fixture's prompt as the five ids its answer counts.

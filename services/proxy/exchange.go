@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -48,9 +49,17 @@ func parseObj(b []byte) (obj, error) {
 func newObj() obj { return make(obj, 8) }
 
 func (o obj) set(k string, v any) {
-	raw, _ := json.Marshal(v)
+	raw, _ := json.Append(nil, v, marshalFlags)
 	o[k] = raw
 }
+
+// marshalFlags are json.Marshal's, less two of its checks: raw members
+// are copied as they are (each was checked when it was parsed, or made by
+// Marshal, so checking again only spent a pass over an answer's bytes),
+// and HTML characters are not escaped, in raw members or in new strings:
+// Marshal wrote the engine's `<` as `\u003c`, and the client is owed the
+// engine's bytes wherever the proxy did not change them.
+const marshalFlags = json.SortMapKeys | json.TrustRawMessage
 
 func (o obj) has(k string) bool {
 	v, ok := o[k]
@@ -99,6 +108,15 @@ func rawNum(v json.RawMessage) (float64, bool) {
 	if len(v) == 0 || bytes.Equal(bytes.TrimSpace(v), []byte("null")) {
 		return 0, false
 	}
+	if c := v[0]; c == '-' || '0' <= c && c <= '9' {
+		// A number as parsed (a log-prob entry has one or two): its
+		// syntax was checked then, and JSON's is a subset of ParseFloat's.
+		f, err := strconv.ParseFloat(string(v), 64)
+		if err != nil || math.IsInf(f, 0) {
+			return 0, false
+		}
+		return f, true
+	}
 	var f float64
 	if json.Unmarshal(v, &f) != nil || math.IsNaN(f) || math.IsInf(f, 0) {
 		return 0, false
@@ -116,7 +134,7 @@ func rawInt(v json.RawMessage) (int64, bool) {
 }
 
 func (o obj) bytes() []byte {
-	b, _ := json.Marshal(map[string]json.RawMessage(o))
+	b, _ := json.Append(nil, map[string]json.RawMessage(o), marshalFlags)
 	return b
 }
 

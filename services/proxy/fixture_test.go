@@ -31,9 +31,11 @@ import (
 type fixtureEngine struct {
 	dir      string
 	fallback string
-	mu       sync.Mutex
-	bodies   []map[string]any
-	headers  []http.Header
+	// answer, when set, is played back for every request not named.
+	answer  []byte
+	mu      sync.Mutex
+	bodies  []map[string]any
+	headers []http.Header
 }
 
 func startFixtureEngine(t testing.TB, engine, fallback string) (*fixtureEngine, string) {
@@ -61,6 +63,11 @@ func (fe *fixtureEngine) serve(w http.ResponseWriter, r *http.Request) {
 	fe.headers = append(fe.headers, r.Header.Clone())
 	fe.mu.Unlock()
 	name := r.Header.Get("X-Fixture")
+	if name == "" && fe.answer != nil {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(fe.answer)
+		return
+	}
 	if name == "" {
 		name = fe.fallback
 	}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"slices"
 
 	json "github.com/segmentio/encoding/json"
 )
@@ -194,15 +195,22 @@ func (c *capture) readChoice(ch obj, kind routeKind) {
 // choices, and each choice's members once asked for, so that reading and
 // stripping do not parse the same bytes again.
 type answer struct {
-	o       obj
-	choices []json.RawMessage
-	parsed  []obj // nil until choice(i) is first asked for
-	failed  []bool
+	o      obj
+	n      int               // choices
+	raw    []json.RawMessage // each choice's bytes; nil when all were parsed at once
+	parsed []obj             // nil until choice(i) is first asked for
+	failed []bool
 }
 
 func newAnswer(o obj) *answer {
+	// Most answers' choices are all objects: their members are read in the
+	// same pass that finds them. Any other shape is read choice by choice.
+	var parsed []obj
+	if o.has("choices") && json.Unmarshal(o["choices"], &parsed) == nil && !slices.ContainsFunc(parsed, func(ch obj) bool { return ch == nil }) {
+		return &answer{o: o, n: len(parsed), parsed: parsed, failed: make([]bool, len(parsed))}
+	}
 	chs := o.arr("choices")
-	return &answer{o: o, choices: chs, parsed: make([]obj, len(chs)), failed: make([]bool, len(chs))}
+	return &answer{o: o, n: len(chs), raw: chs, parsed: make([]obj, len(chs)), failed: make([]bool, len(chs))}
 }
 
 // choice is choice i's members (nil for a null choice), or false when it
@@ -211,13 +219,22 @@ func newAnswer(o obj) *answer {
 func (a *answer) choice(i int) (obj, bool) {
 	if a.parsed[i] == nil && !a.failed[i] {
 		ch := newObj()
-		if json.Unmarshal(a.choices[i], &ch) != nil {
+		if json.Unmarshal(a.raw[i], &ch) != nil {
 			a.failed[i] = true
 		} else {
 			a.parsed[i] = ch
 		}
 	}
 	return a.parsed[i], !a.failed[i]
+}
+
+// choiceBytes is choice i as it is now: its bytes as received when it was
+// read alone and not parsed (or failed to), else its members written out.
+func (a *answer) choiceBytes(i int) json.RawMessage {
+	if a.raw != nil && (a.parsed[i] == nil || a.failed[i]) {
+		return a.raw[i]
+	}
+	return a.parsed[i].bytes()
 }
 
 // readAnswer takes a whole OpenAI-compatible answer.
@@ -229,7 +246,7 @@ func (c *capture) readAnswer(ans *answer, kind routeKind) {
 		}
 	}
 	c.readUsage(o)
-	if len(ans.choices) > 0 {
+	if ans.n > 0 {
 		if ch, ok := ans.choice(0); ok {
 			c.readChoice(ch, kind)
 		}
@@ -245,16 +262,15 @@ func strip(raw []byte, ans *answer, a asked, stream bool) ([]byte, bool) {
 		delete(o, "prompt_token_ids")
 		changed = true
 	}
-	chs := ans.choices
-	if stream && !a.usage && len(chs) == 0 && o.has("usage") {
+	if stream && !a.usage && ans.n == 0 && o.has("usage") {
 		return nil, true // the usage-only chunk the client did not ask for
 	}
-	if len(chs) > 0 && (!a.logprobs || !a.tokenIDs) {
-		out := make([]json.RawMessage, len(chs))
-		for i, rc := range chs {
+	if ans.n > 0 && (!a.logprobs || !a.tokenIDs) {
+		out := make([]json.RawMessage, ans.n)
+		for i := range ans.n {
 			ch, ok := ans.choice(i)
 			if !ok {
-				out[i] = rc
+				out[i] = ans.choiceBytes(i)
 				continue
 			}
 			chg := false
@@ -271,11 +287,9 @@ func strip(raw []byte, ans *answer, a asked, stream bool) ([]byte, bool) {
 				}
 			}
 			if chg {
-				out[i] = ch.bytes()
 				changed = true
-			} else {
-				out[i] = rc
 			}
+			out[i] = ans.choiceBytes(i)
 		}
 		if changed {
 			o.set("choices", out)

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -87,8 +88,9 @@ func TestReadEntriesAsMembers(t *testing.T) {
 				if err != nil {
 					continue
 				}
-				for i := range newAnswer(o).choices {
-					if ch, ok := newAnswer(o).choice(i); ok && ch.has("logprobs") {
+				ans := newAnswer(o)
+				for i := range ans.n {
+					if ch, ok := ans.choice(i); ok && ch.has("logprobs") {
 						members = append(members, ch["logprobs"])
 					}
 				}
@@ -122,6 +124,32 @@ func TestReadEntriesAsMembers(t *testing.T) {
 			if !reflect.DeepEqual(fast, slow) {
 				t.Errorf("%s (ids from entries %v): read in one pass %+v, member by member %+v", raw, idsFromEntries, fast, slow)
 			}
+		}
+	}
+}
+
+// TestStripKeepsTheEngineBytes: taking out the log-probs the proxy asked
+// for rewrites only the members it takes out; the text the engine wrote
+// reaches the client byte for byte (HTML characters and escapes as they
+// were), in a whole answer and in a stream's chunk alike.
+func TestStripKeepsTheEngineBytes(t *testing.T) {
+	text := `<tool_call>\n{\"a\": \"x & y\", \"b\": \"\u00e9\"}</tool_call>`
+	for _, stream := range []bool{false, true} {
+		raw := []byte(`{"id":"c1","choices":[{"index":0,"message":{"role":"assistant","content":"` + text +
+			`"},"logprobs":{"content":[{"id":1,"token":"<","logprob":-0.5}]},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1}}`)
+		o, err := parseObj(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, changed := strip(raw, newAnswer(o), asked{tokenIDs: true, usage: true}, stream)
+		if !changed {
+			t.Fatalf("stream=%v: the log-probs the client did not ask for were left in", stream)
+		}
+		if !bytes.Contains(out, []byte(`"content":"`+text+`"`)) {
+			t.Errorf("stream=%v: the engine's text changed on the way:\n%s", stream, out)
+		}
+		if bytes.Contains(out, []byte(`"logprobs":{`)) {
+			t.Errorf("stream=%v: log-probs left in: %s", stream, out)
 		}
 	}
 }

@@ -116,7 +116,11 @@ type ledgerError struct {
 // ledger refused some and they were buried (and the rest will be sent
 // again); an error: try the same again later.
 func (s *sender) send(ctx context.Context, facts []queuedFact) error {
-	body := make([]byte, 0, sendBytes/4)
+	n := len(facts) + 1
+	for _, f := range facts {
+		n += len(f.record)
+	}
+	body := make([]byte, 0, n)
 	body = append(body, '[')
 	for i, f := range facts {
 		if i > 0 {
