@@ -139,7 +139,14 @@ func startEngine(ctx context.Context, bin, model string, slots int) (*engineProc
 	ln.Close()
 	p := &engineProc{url: "http://127.0.0.1:" + strconv.Itoa(port), done: make(chan struct{})}
 	p.cmd = exec.Command(bin, "-m", model, "--host", "127.0.0.1", "--port", strconv.Itoa(port),
-		"-c", strconv.Itoa(2048*slots), "-np", strconv.Itoa(slots), "-t", "2", "--jinja",
+		"-c", strconv.Itoa(2048*slots), "-np", strconv.Itoa(slots), "-t", "1", "--jinja",
+		// One compute thread: the other core is the proxy's, the ledger's
+		// and the client's, as a GPU engine leaves the host's cores to
+		// them. With -t 2 on two cores every other thread's work stalls
+		// one of the engine's two (they meet at a barrier each step), so
+		// the proxy's figures measured the machine's contention more than
+		// the proxy; the engine alone is also faster so (8.3 ms against
+		// 11.2 for the bench's chat request, same run).
 		// The proxy asks /apply-template and /tokenize beside each chat
 		// generation: the engine needs HTTP threads for both (its default,
 		// -np + 2, queues them behind the generations).
@@ -215,9 +222,11 @@ func proxyFigures(ctx context.Context, e *env) ([]*Figure, error) {
 	engineNote := "the same requests straight to the engine with the log-probs the proxy asks for on the client's behalf (logprobs: 1), minus plain straight: the engine's own cost of computing and sending them, part of the added latency above"
 	tokenEngine := &Figure{Name: "completions, token-in, not streamed: added p50 straight, with the log-probs the proxy asks for", Unit: "ms", Command: cmd, Note: engineNote}
 	longEngine := &Figure{Name: fmt.Sprintf("completions, token-in, %d tokens: added p50 straight, with the log-probs the proxy asks for", realTurnTokens), Unit: "ms", Command: cmd, Note: engineNote}
+	longOwn := &Figure{Name: fmt.Sprintf("completions, token-in, %d tokens: the proxy's time after the engine's answer (mean)", realTurnTokens), Unit: "ms", Command: cmd,
+		Note: "from the proxy's rolloutledger_proxy_added_seconds: the engine's last byte to the client's (reading and stripping the answer, the facts, the synced spool commit); the difference of medians above also holds the request's side and the hop, and varies run to run with the engine's time"}
 	direct := &Figure{Name: "sustained requests/s straight to llama-server", Unit: "req/s", Command: cmd}
 	turns := &Figure{Name: "sustained turns/s through the proxy, spool on", Unit: "turns/s", Command: cmd}
-	figs := []*Figure{directP50, proxyP50, addedP50, addedP99, splitWait, splitIDs, splitBuild, splitSpool, splitHop, sideAdded, tokenDirect, tokenAdded, tokenEngine, longDirect, longAdded, longEngine, ttfcDirect, ttfcAdded, gapDirect, gapAdded, chunks, direct, turns}
+	figs := []*Figure{directP50, proxyP50, addedP50, addedP99, splitWait, splitIDs, splitBuild, splitSpool, splitHop, sideAdded, tokenDirect, tokenAdded, tokenEngine, longDirect, longAdded, longEngine, longOwn, ttfcDirect, ttfcAdded, gapDirect, gapAdded, chunks, direct, turns}
 
 	bin, model, missing := engineFiles()
 	if missing != "" {
@@ -354,12 +363,20 @@ func proxyFigures(ctx context.Context, e *env) ([]*Figure, error) {
 		tokenEngine.Runs = append(tokenEngine.Runs, lpAdded)
 		e.log.Info("proxy: token-in completions of a real turn's length", "run", r+1, "tokens", realTurnTokens)
 		nLong := max(sz.whole/4, 4)
+		before, err = phaseTotals(ctx, client, proxyURL)
+		if err != nil {
+			return nil, err
+		}
 		ld, lp, err := pb.pairs(ctx, nLong, "/v1/completions", fmt.Sprintf("token-in-long-%d", r), tokenIn(realTurnTokens))
 		if err != nil {
 			return nil, err
 		}
 		longDirect.Runs = append(longDirect.Runs, quantile(ld, 0.5))
 		longAdded.Runs = append(longAdded.Runs, quantile(lp, 0.5)-quantile(ld, 0.5))
+		if after, err = phaseTotals(ctx, client, proxyURL); err != nil {
+			return nil, err
+		}
+		longOwn.Runs = append(longOwn.Runs, mean("added:completions"))
 		if lpAdded, err = engineLogprobs(realTurnTokens, nLong); err != nil {
 			return nil, err
 		}
@@ -672,8 +689,9 @@ func waitSpool(ctx context.Context, px *proxy.Server, d time.Duration) (time.Dur
 	}
 }
 
-// phaseTotals reads the proxy's rolloutledger_proxy_phase_seconds: each
-// phase's sum of seconds and count.
+// phaseTotals reads the proxy's rolloutledger_proxy_phase_seconds and
+// rolloutledger_proxy_added_seconds: each phase's (and each route's, as
+// "added:<route>") sum of seconds and count.
 func phaseTotals(ctx context.Context, c *http.Client, proxyURL string) (map[string][2]float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, proxyURL+"/metrics", nil)
 	if err != nil {
@@ -690,14 +708,21 @@ func phaseTotals(ctx context.Context, c *http.Client, proxyURL string) (map[stri
 	for sc.Scan() {
 		line := sc.Text()
 		for i, suffix := range []string{"_sum", "_count"} {
+			// The phases by name, and the time added by route as
+			// "added:<route>".
 			rest, ok := strings.CutPrefix(line, "rolloutledger_proxy_phase_seconds"+suffix+`{phase="`)
+			key := ""
 			if !ok {
-				continue
+				if rest, ok = strings.CutPrefix(line, "rolloutledger_proxy_added_seconds"+suffix+`{route="`); !ok {
+					continue
+				}
+				key = "added:"
 			}
 			phase, val, ok := strings.Cut(rest, `"} `)
 			if !ok {
 				continue
 			}
+			phase = key + phase
 			v, err := strconv.ParseFloat(val, 64)
 			if err != nil {
 				return nil, fmt.Errorf("proxy metrics: %q: %w", line, err)
