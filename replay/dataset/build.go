@@ -38,10 +38,9 @@ type Run struct {
 	// Decisions counts the decisions the fold concluded, by kind.
 	Decisions projections.DecisionCounts
 
-	// Attempts are in memory, one small entry each; the turns and tool
-	// calls wait on disk (rows.go) and are read back by the writers.
-	Attempts []*Attempt
-	Batches  []*Batch
+	// The attempts, turns and tool calls wait on disk (rows.go,
+	// attempts.go) and are read back by the writers: EachAttempt.
+	Batches []*Batch
 	// Tasks are the tasks registered, in the order of their first
 	// task.registered, with the admission the fold decided for each.
 	Tasks []*Task
@@ -51,11 +50,17 @@ type Run struct {
 	// and forTrajectories say which of their keys Build wrote.
 	rows                       *rowStore
 	forTables, forTrajectories bool
-	// attempts are the attempts by id, also those mentioned before (or
-	// without) their attempt.started; dropped the reason each dropped
-	// group was dropped for.
-	attempts map[string]*Attempt
-	dropped  map[string]string
+	// attempts are the attempts the fold touched last, by id, also those
+	// mentioned before (or without) their attempt.started; the others are
+	// in rows (attempts.go): attemptsStored counts the summaries written
+	// there, attemptCount the attempts that started. purposes is each
+	// group's purpose, dropped the reason each dropped group was dropped
+	// for.
+	attempts       map[string]*Attempt
+	attemptsStored int
+	attemptCount   int
+	purposes       map[string]string
+	dropped        map[string]string
 	// spill holds, one after another, the turns' and tool calls' text, the
 	// batches' canonical samples when Options.Samples keeps them and the
 	// turns' token arrays when Options.Tokens does: on disk, so that a
@@ -393,7 +398,7 @@ func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 		return nil, err
 	}
 	r.forTables, r.forTrajectories = o.rows != rowsForTrajectories, o.rows != rowsForTables
-	r.attempts, r.dropped = map[string]*Attempt{}, map[string]string{}
+	r.attempts, r.purposes, r.dropped = map[string]*Attempt{}, map[string]string{}, map[string]string{}
 	interned := map[string]string{}
 	intern := func(s string) string {
 		if v, ok := interned[s]; ok {
@@ -409,7 +414,7 @@ func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 		}
 	}()
 	attemptOf := r.attemptOf
-	purposes := map[string]string{}
+	purposes := r.purposes
 	batchOf := map[int64]*Batch{}
 	var steps []*events.GradientApplied
 	collect := func(f replay.Fact, ds []projections.Decision) error {
@@ -445,14 +450,17 @@ func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 				purposes[d.Group] = d.Purpose
 			}
 		case *events.AttemptStarted:
-			a := attemptOf(d.Attempt)
-			if a.Seq != 0 {
-				return nil
+			a, err := attemptOf(d.Attempt)
+			if err != nil || a.Seq != 0 {
+				return err
 			}
-			a.Seq, a.Group, a.Task, a.Engine, a.RetryOf = f.Seq, d.Group, intern(d.Task), d.Engine, d.RetryOf
-			r.Attempts = append(r.Attempts, a)
+			a.Seq, a.Group, a.Task, a.Engine, a.RetryOf = f.Seq, d.Group, intern(d.Task), intern(d.Engine), d.RetryOf
+			return r.started(a)
 		case *events.TurnGenerated:
-			a := attemptOf(d.Attempt)
+			a, err := attemptOf(d.Attempt)
+			if err != nil {
+				return err
+			}
 			t := &Turn{Seq: f.Seq, Partition: f.Partition, Offset: f.Offset, Attempt: a.Attempt, Turn: d.Turn,
 				PromptTokens: d.PromptTokens, CompletionTokens: d.CompletionTokens, Cached: d.CachedTokens,
 				ObservationTokens: int64(len(d.ObservationTokenIDs)), InlineTokens: int64(len(d.TokenIDs)),
@@ -479,7 +487,10 @@ func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 			a.PromptTokens += d.PromptTokens
 			a.CachedTokens += d.CachedTokens
 		case *events.ToolCalled:
-			a := attemptOf(d.Attempt)
+			a, err := attemptOf(d.Attempt)
+			if err != nil {
+				return err
+			}
 			c := &ToolCall{Seq: f.Seq, Attempt: a.Attempt, Turn: d.Turn, Call: d.Call, Tool: intern(d.Tool), ExitCode: d.ExitCode,
 				DurationMS: d.DurationMS, OutputBytes: d.OutputBytes, ToFile: d.ToFile, Background: d.Background,
 				TimedOut: d.TimedOut, InputCut: d.InputCut, OutputCut: d.OutputCut}
@@ -496,17 +507,23 @@ func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 				return err
 			}
 		case *events.AttemptFinished:
-			if a := attemptOf(d.Attempt); a.Outcome == "" {
-				a.Outcome = d.Outcome
+			a, err := attemptOf(d.Attempt)
+			if err == nil && a.Outcome == "" {
+				a.Outcome = intern(d.Outcome)
 			}
+			return err
 		case *events.AttemptFailed:
-			if a := attemptOf(d.Attempt); a.FailureReason == "" {
-				a.FailureReason = d.Reason
+			a, err := attemptOf(d.Attempt)
+			if err == nil && a.FailureReason == "" {
+				a.FailureReason = intern(d.Reason)
 			}
+			return err
 		case *events.RewardComputed:
-			if a := attemptOf(d.Attempt); !a.Rewarded {
+			a, err := attemptOf(d.Attempt)
+			if err == nil && !a.Rewarded {
 				a.Rewarded, a.Passed, a.TestsPassed, a.TestsTotal = true, d.Passed, d.TestsPassed, d.TestsTotal
 			}
+			return err
 		case *events.GradientApplied:
 			steps = append(steps, d)
 		}
@@ -529,14 +546,10 @@ func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 			b.Step = g
 		}
 	}
-	for _, a := range r.Attempts {
-		a.Purpose = purposes[a.Group]
-		a.DropReason = r.dropped[a.Group]
-	}
-	r.attempts, r.dropped = nil, nil
-	if err := r.rows.flush(); err != nil {
+	if err := r.storeAttempts(); err != nil {
 		return nil, err
 	}
+	r.attempts = nil
 	built = true
 	return r, nil
 }
@@ -648,16 +661,6 @@ func (r *Run) admission(d projections.Decision) error {
 	return nil
 }
 
-// attemptOf is the attempt of id, made when first mentioned.
-func (r *Run) attemptOf(id string) *Attempt {
-	a := r.attempts[id]
-	if a == nil {
-		a = &Attempt{Attempt: id}
-		r.attempts[id] = a
-	}
-	return a
-}
-
 // putTurn and putCall keep a turn and a tool call for the writers.
 func (r *Run) putTurn(t *Turn) error {
 	rec := turnRecord{T: t, Text: t.text, TokAt: t.tokensAt, TokLen: t.tokensLen}
@@ -694,7 +697,10 @@ func (r *Run) judge(m *projections.Manifest) error {
 	}
 	for _, g := range m.Groups {
 		for _, ba := range g.Attempts {
-			a := r.attemptOf(ba.Attempt)
+			a, err := r.attemptOf(ba.Attempt)
+			if err != nil {
+				return err
+			}
 			a.Batch, a.Score, a.Bonus, a.Reward, a.Advantage = m.Seq, ba.Score, ba.Bonus, ba.Reward, ba.Advantage
 			trained := 0
 			for _, bt := range ba.Turns {

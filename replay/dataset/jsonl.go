@@ -33,7 +33,10 @@ func writeJSONL(path, kind string, runs []*Run, line func(*Run, *Attempt) (any, 
 lines:
 	for _, r := range runs {
 		r.scattered = true
-		for _, a := range r.Attempts {
+		for a, aerr := range r.EachAttempt() {
+			if err = aerr; err != nil {
+				break lines
+			}
 			if err = r.trajectory(a); err != nil {
 				break lines
 			}

@@ -161,7 +161,7 @@ func (c *countWriter) Write(b []byte) (int, error) {
 func writeTable(w io.Writer, table string, runs []*Run) (int64, error) {
 	switch table {
 	case "attempts":
-		return writeRows(w, attemptColumns, rowsOf(runs, func(r *Run) []*Attempt { return r.Attempts }), groupLimit[*Attempt]{rows: RowGroupRows}, runs)
+		return writeRows(w, attemptColumns, attemptsOf(runs), groupLimit[*Attempt]{rows: RowGroupRows}, runs)
 	case "turns":
 		return writeRows(w, turnColumns, turnsOf(runs), groupLimit[*Turn]{rows: RowGroupRows}, runs)
 	case "tool_calls":

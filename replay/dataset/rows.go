@@ -17,9 +17,11 @@ import (
 // turn and tool call as the fold meets it, keyed in the order a format
 // writes them, and each turn's judgement as its batch seals, keyed by the
 // turn's log position. A writer reads the rows back in key order and joins
-// each turn with its judgement as it writes it. What stays in memory is
-// one entry per attempt, task, group and batch (their scalars, no lists of
-// turns), and the text and sample windows.
+// each turn with its judgement as it writes it. The attempts' summaries
+// are kept here too, but for those in flight (attempts.go). What stays in
+// memory is one entry per task and batch (their scalars, no lists of
+// turns), each group's purpose and drop reason, and the text and sample
+// windows.
 //
 // Keys (integers big-endian; a signed one with its sign bit flipped, so
 // that byte order is numeric order; an attempt id length-prefixed, so no

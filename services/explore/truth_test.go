@@ -211,11 +211,18 @@ func checkTruth(t *testing.T, m *explore.Model, ds []projections.Decision, ex *d
 	for _, r := range m.Attempts() {
 		rows[r.Attempt] = r
 	}
-	if len(rows) != len(ex.Attempts) {
-		fail("the explorer lists %d attempts, the export %d", len(rows), len(ex.Attempts))
+	var exAttempts []*dataset.Attempt
+	for a, err := range ex.EachAttempt() {
+		if err != nil {
+			t.Fatal(err)
+		}
+		exAttempts = append(exAttempts, a)
+	}
+	if len(rows) != len(exAttempts) || len(exAttempts) != ex.AttemptCount() {
+		fail("the explorer lists %d attempts, the export %d (of %d started)", len(rows), len(exAttempts), ex.AttemptCount())
 	}
 	rewarded := 0
-	for _, a := range ex.Attempts {
+	for _, a := range exAttempts {
 		r, ok := rows[a.Attempt]
 		if !ok {
 			fail("attempt %s: in the export, not in the explorer", a.Attempt)
@@ -257,7 +264,7 @@ func checkTruth(t *testing.T, m *explore.Model, ds []projections.Decision, ex *d
 	// Groups and tasks: the passed and solved counts.
 	passedIn := map[string]int{}
 	solved, attempts := map[string]int{}, map[string]int{}
-	for _, a := range ex.Attempts {
+	for _, a := range exAttempts {
 		attempts[a.Task]++
 		if a.Rewarded && a.Passed {
 			passedIn[a.Group]++
@@ -265,7 +272,7 @@ func checkTruth(t *testing.T, m *explore.Model, ds []projections.Decision, ex *d
 		}
 	}
 	groups := map[string]bool{}
-	for _, a := range ex.Attempts {
+	for _, a := range exAttempts {
 		groups[a.Group] = true
 	}
 	for g := range groups {
