@@ -715,8 +715,17 @@ func (r *Run) judge(m *projections.Manifest) error {
 					j.SegmentStaleness = append(j.SegmentStaleness, s.Staleness)
 					j.SegmentTrained = append(j.SegmentTrained, s.Trained)
 				}
-				if err := r.rows.set(judgementKey(bt.Partition, bt.Offset), &j); err != nil {
-					return err
+				if r.forTables {
+					if err := r.rows.set(judgementKey(bt.Partition, bt.Offset), &j); err != nil {
+						return err
+					}
+				}
+				if r.forTrajectories {
+					// Beside the attempt's turns: a trajectory reads its
+					// judgements in one scan, not a lookup a turn.
+					if err := r.rows.set(attemptJudgementKey(ba.Attempt, bt.Partition, bt.Offset), &j); err != nil {
+						return err
+					}
 				}
 			}
 			if len(ba.Turns) > 0 {
