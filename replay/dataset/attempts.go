@@ -2,6 +2,7 @@ package dataset
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"iter"
 
@@ -81,7 +82,6 @@ func (r *Run) EachAttempt() iter.Seq2[*Attempt, error] {
 			yield(nil, fmt.Errorf("dataset: run %s was closed", r.Run))
 			return
 		}
-		var stop bool
 		err := r.rows.scan([]byte{keyAttemptOrder}, func(v []byte) error {
 			var id string
 			if err := json.Unmarshal(v, &id); err != nil {
@@ -97,12 +97,11 @@ func (r *Run) EachAttempt() iter.Seq2[*Attempt, error] {
 			}
 			a.Purpose, a.DropReason = r.purposes[a.Group], r.dropped[a.Group]
 			if !yield(a, nil) {
-				stop = true
 				return errStop
 			}
 			return nil
 		})
-		if err != nil && !stop {
+		if err != nil && !errors.Is(err, errStop) {
 			yield(nil, err)
 		}
 	}

@@ -322,22 +322,15 @@ func callsOf(runs []*Run) iter.Seq2[*row[*ToolCall], error] {
 // and a.calls.
 func (r *Run) trajectory(a *Attempt) error {
 	a.turns, a.calls = a.turns[:0], a.calls[:0]
-	type position struct {
-		partition int32
-		offset    int64
-	}
-	judged := map[position]judgement{}
-	prefix := attemptPrefix(keyAttemptJudgement, a.Attempt)
-	err := r.rows.scanKeys(prefix, func(k, v []byte) error {
+	// The attempt's judgements by key: a turn's is found under the key
+	// its position makes.
+	judged := map[string]judgement{}
+	err := r.rows.scanKeys(attemptPrefix(keyAttemptJudgement, a.Attempt), func(k, v []byte) error {
 		var j judgement
-		if len(k) != len(prefix)+12 {
-			return fmt.Errorf("dataset: row store: judgement key %x", k)
-		}
 		if err := json.Unmarshal(v, &j); err != nil {
 			return fmt.Errorf("dataset: row store: %w", err)
 		}
-		at := k[len(prefix):]
-		judged[position{int32(binary.BigEndian.Uint32(at)), int64(binary.BigEndian.Uint64(at[4:]) ^ 1<<63)}] = j
+		judged[string(k)] = j
 		return nil
 	})
 	if err != nil {
@@ -346,7 +339,7 @@ func (r *Run) trajectory(a *Attempt) error {
 	err = r.rows.scan(attemptPrefix(keyAttemptTurn, a.Attempt), func(v []byte) error {
 		t, err := decodeTurnRecord(v)
 		if err == nil {
-			if j, ok := judged[position{t.Partition, t.Offset}]; ok {
+			if j, ok := judged[string(attemptJudgementKey(a.Attempt, t.Partition, t.Offset))]; ok {
 				j.apply(t)
 			}
 			a.turns = append(a.turns, t)
