@@ -34,11 +34,13 @@ const (
 	childArchive = "ROLLOUTLEDGER_BENCH_ARCHIVE"
 )
 
-// replaySample is the replay child's one line of output.
-type replaySample struct {
+// childSample is the one line of output of a replay or export child: the
+// facts it read, its peak resident memory and its time (and, for replay,
+// the Go heap after it).
+type childSample struct {
 	Facts   uint64  `json:"facts"`
 	PeakMiB float64 `json:"peak_rss_mib"` // VmHWM
-	HeapMiB float64 `json:"heap_mib"`
+	HeapMiB float64 `json:"heap_mib,omitempty"`
 	Seconds float64 `json:"seconds"`
 }
 
@@ -60,7 +62,7 @@ func runReplayChild(ctx context.Context, out *json.Encoder) error {
 	}
 	secs := time.Since(start).Seconds()
 	_, heap := memNow()
-	return out.Encode(replaySample{Facts: rep.Facts, PeakMiB: peakRSS(), HeapMiB: heap, Seconds: secs})
+	return out.Encode(childSample{Facts: rep.Facts, PeakMiB: peakRSS(), HeapMiB: heap, Seconds: secs})
 }
 
 // peakRSS is the process's peak resident set size (VmHWM), in MiB.
@@ -130,22 +132,22 @@ func replayMemoryFigures(ctx context.Context, e *env) ([]*Figure, error) {
 
 // replayMemoryRun writes a simulated run of about n facts to an archive in
 // dir and verifies it in a child process.
-func replayMemoryRun(ctx context.Context, e *env, exe, dir string, n int) (replaySample, int64, error) {
+func replayMemoryRun(ctx context.Context, e *env, exe, dir string, n int) (childSample, int64, error) {
 	e.log.Info("replay memory: making the archive", "facts", n)
 	arch, err := writeSimArchive(dir, "bench-replay-memory", replayOptions(n))
 	if err != nil {
-		return replaySample{}, 0, err
+		return childSample{}, 0, err
 	}
 	st, err := os.Stat(arch)
 	if err != nil {
-		return replaySample{}, 0, err
+		return childSample{}, 0, err
 	}
 	runtime.GC()
 	e.log.Info("replay memory: verifying in a child", "facts", n, "archive_mb", st.Size()/1e6)
-	var s replaySample
+	var s childSample
 	if err := runChild(ctx, exe, fmt.Sprintf("replay memory child, %d facts", n), &s,
 		ChildEnv+"="+replayChild, childArchive+"="+arch, childDir+"="+dir); err != nil {
-		return replaySample{}, 0, err
+		return childSample{}, 0, err
 	}
 	return s, st.Size(), nil
 }

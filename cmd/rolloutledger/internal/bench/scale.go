@@ -232,12 +232,6 @@ const (
 	childOut    = "ROLLOUTLEDGER_BENCH_EXPORT_OUT"
 )
 
-type exportSample struct {
-	Facts   uint64  `json:"facts"`
-	PeakMiB float64 `json:"peak_rss_mib"` // VmHWM
-	Seconds float64 `json:"seconds"`
-}
-
 // runExportChild exports as `rolloutledger export --archive` does.
 func runExportChild(ctx context.Context, enc *json.Encoder) error {
 	a, err := replay.OpenArchive(os.Getenv(childArchive))
@@ -249,20 +243,20 @@ func runExportChild(ctx context.Context, enc *json.Encoder) error {
 	if err != nil {
 		return err
 	}
-	return enc.Encode(exportSample{Facts: res.Facts, PeakMiB: peakRSS(), Seconds: time.Since(start).Seconds()})
+	return enc.Encode(childSample{Facts: res.Facts, PeakMiB: peakRSS(), Seconds: time.Since(start).Seconds()})
 }
 
 // exportChildRun exports run from archive in format into a fresh out, in
 // a child process, and returns what it printed: the facts, its peak RSS
 // (VmHWM: a child's ru_maxrss would take in this process's own peak,
 // shared until exec) and the export's time.
-func exportChildRun(ctx context.Context, exe, archive, run, format, out string) (exportSample, error) {
+func exportChildRun(ctx context.Context, exe, archive, run, format, out string) (childSample, error) {
 	if err := os.RemoveAll(out); err != nil {
-		return exportSample{}, err
+		return childSample{}, err
 	}
 	defer os.RemoveAll(out)
 	if err := os.MkdirAll(out, 0o755); err != nil {
-		return exportSample{}, err
+		return childSample{}, err
 	}
 	target := filepath.Join(out, run)
 	if format == "atif" || format == "messages" {
@@ -271,10 +265,10 @@ func exportChildRun(ctx context.Context, exe, archive, run, format, out string) 
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Hour)
 	defer cancel()
 	what := fmt.Sprintf("export %s of %s", format, archive)
-	var s exportSample
+	var s childSample
 	if err := runChild(cctx, exe, what, &s, ChildEnv+"="+exportChild, childArchive+"="+archive, childFormat+"="+format,
 		childOut+"="+target, childDir+"="+out); err != nil {
-		return exportSample{}, err
+		return childSample{}, err
 	}
 	if s.Facts == 0 {
 		return s, fmt.Errorf("%s exported no facts", what)
