@@ -196,9 +196,8 @@ func (c *capture) readChoice(ch obj, kind routeKind) {
 // stripping do not parse the same bytes again.
 type answer struct {
 	o      obj
-	n      int               // choices
 	raw    []json.RawMessage // each choice's bytes; nil when all were parsed at once
-	parsed []obj             // nil until choice(i) is first asked for
+	parsed []obj             // one per choice, nil until choice(i) is first asked for
 	failed []bool
 }
 
@@ -207,10 +206,10 @@ func newAnswer(o obj) *answer {
 	// same pass that finds them. Any other shape is read choice by choice.
 	var parsed []obj
 	if o.has("choices") && json.Unmarshal(o["choices"], &parsed) == nil && !slices.ContainsFunc(parsed, func(ch obj) bool { return ch == nil }) {
-		return &answer{o: o, n: len(parsed), parsed: parsed, failed: make([]bool, len(parsed))}
+		return &answer{o: o, parsed: parsed, failed: make([]bool, len(parsed))}
 	}
 	chs := o.arr("choices")
-	return &answer{o: o, n: len(chs), raw: chs, parsed: make([]obj, len(chs)), failed: make([]bool, len(chs))}
+	return &answer{o: o, raw: chs, parsed: make([]obj, len(chs)), failed: make([]bool, len(chs))}
 }
 
 // choice is choice i's members (nil for a null choice), or false when it
@@ -227,6 +226,9 @@ func (a *answer) choice(i int) (obj, bool) {
 	}
 	return a.parsed[i], !a.failed[i]
 }
+
+// choices is how many choices the answer has.
+func (a *answer) choices() int { return len(a.parsed) }
 
 // choiceBytes is choice i as it is now: its bytes as received when it was
 // read alone and not parsed (or failed to), else its members written out.
@@ -246,7 +248,7 @@ func (c *capture) readAnswer(ans *answer, kind routeKind) {
 		}
 	}
 	c.readUsage(o)
-	if ans.n > 0 {
+	if ans.choices() > 0 {
 		if ch, ok := ans.choice(0); ok {
 			c.readChoice(ch, kind)
 		}
@@ -262,12 +264,12 @@ func strip(raw []byte, ans *answer, a asked, stream bool) ([]byte, bool) {
 		delete(o, "prompt_token_ids")
 		changed = true
 	}
-	if stream && !a.usage && ans.n == 0 && o.has("usage") {
+	if stream && !a.usage && ans.choices() == 0 && o.has("usage") {
 		return nil, true // the usage-only chunk the client did not ask for
 	}
-	if ans.n > 0 && (!a.logprobs || !a.tokenIDs) {
-		out := make([]json.RawMessage, ans.n)
-		for i := range ans.n {
+	if ans.choices() > 0 && (!a.logprobs || !a.tokenIDs) {
+		out := make([]json.RawMessage, ans.choices())
+		for i := range ans.choices() {
 			ch, ok := ans.choice(i)
 			if !ok {
 				out[i] = ans.choiceBytes(i)

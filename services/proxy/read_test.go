@@ -89,7 +89,7 @@ func TestReadEntriesAsMembers(t *testing.T) {
 					continue
 				}
 				ans := newAnswer(o)
-				for i := range ans.n {
+				for i := range ans.choices() {
 					if ch, ok := ans.choice(i); ok && ch.has("logprobs") {
 						members = append(members, ch["logprobs"])
 					}

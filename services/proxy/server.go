@@ -546,7 +546,7 @@ func (s *Server) readChunk(ex *exchange, data []byte) ([]byte, bool) {
 			c.readUsage(o)
 		}
 		ans := newAnswer(o)
-		if ans.n > 0 {
+		if ans.choices() > 0 {
 			if ch, ok := ans.choice(0); ok {
 				c.readChoice(ch, ex.kind)
 			}
