@@ -3,10 +3,12 @@ package projector
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -243,4 +245,78 @@ func TestNoStateDirectoryNoBodies(t *testing.T) {
 	if _, err := os.Stat("arrow"); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("a body directory in the working directory: %v", err)
 	}
+}
+
+// The bodies kept on disk stay within their budget: past it the oldest
+// written go first, also those a projector found on disk when it opened,
+// and the body just written always stays.
+func TestArrowBodiesWithinBudget(t *testing.T) {
+	dir := t.TempDir()
+	all, _ := canonicalOf(t, bodySamples(true))
+	open := func(budget int64) *Projector {
+		p, err := Open(Options{Kafka: kafkalog.Config{Brokers: []string{"127.0.0.1:1"}}, Dir: dir, ArrowBodyBytes: budget})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	digestOf := func(seq uint64) string { return "sha256:" + strings.Repeat(fmt.Sprintf("%02x", seq), 32) }
+	store := func(p *Projector, seq uint64) {
+		t.Helper()
+		d := digestOf(seq)
+		manifest := []byte(fmt.Sprintf(`{"run":"r-1","seq":%d,"rule_version":4,"digest":"%s"}`, seq, d))
+		if err := p.storeArrowBody(bodyJob{run: "r-1", seq: seq, manifest: manifest, samples: all}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kept := func(p *Projector) []uint64 {
+		t.Helper()
+		var out []uint64
+		for seq := uint64(1); seq <= 9; seq++ {
+			f, found, err := p.ArrowBody("r-1", seq, digestOf(seq))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if found {
+				f.Close()
+				out = append(out, seq)
+			}
+		}
+		return out
+	}
+
+	p := open(-1)
+	store(p, 1)
+	f, _, _ := p.ArrowBody("r-1", 1, digestOf(1))
+	info, err := f.Stat()
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := info.Size()
+	p.Close()
+	os.RemoveAll(filepath.Join(dir, "arrow"))
+
+	p = open(2*size + size/2) // room for two bodies
+	for seq := uint64(1); seq <= 5; seq++ {
+		store(p, seq)
+	}
+	if got := kept(p); !slices.Equal(got, []uint64{4, 5}) {
+		t.Errorf("bodies kept within two bodies' budget: %v, want [4 5]", got)
+	}
+	p.Close()
+
+	p = open(2*size + size/2)
+	store(p, 6)
+	if got := kept(p); !slices.Equal(got, []uint64{5, 6}) {
+		t.Errorf("after a reopen and one more body: %v, want [5 6]", got)
+	}
+	p.Close()
+
+	small := open(size / 2) // smaller than one body: the newest stays
+	store(small, 7)
+	if got := kept(small); !slices.Equal(got, []uint64{7}) {
+		t.Errorf("with a budget under one body: %v, want [7]", got)
+	}
+	small.Close()
 }

@@ -2,12 +2,14 @@ package projector
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,6 +36,10 @@ import (
 // would otherwise hold every batch's samples in memory).
 const bodyQueue = 4
 
+// DefaultArrowBodyBytes bounds the bytes of the Arrow bodies kept on disk
+// unless configured ([Options.ArrowBodyBytes]).
+const DefaultArrowBodyBytes = 4 << 30
+
 // arrowBodies writes the bodies, one at a time, on a goroutine of its own
 // started by the first seal.
 type arrowBodies struct {
@@ -41,6 +47,20 @@ type arrowBodies struct {
 	jobs   chan bodyJob
 	done   sync.WaitGroup
 	closed bool
+
+	// kept are the body files on disk, the oldest written first, and
+	// keptBytes their size; only the writing goroutine touches them. Past
+	// the budget the oldest are removed: a trainer fetches the batches
+	// just sealed, and a batch whose file is gone is rendered from its
+	// chunks, the same bytes.
+	kept      []keptBody
+	keptBytes int64
+	scanned   bool
+}
+
+type keptBody struct {
+	path string
+	size int64
 }
 
 type bodyJob struct {
@@ -54,7 +74,7 @@ type bodyJob struct {
 // manifest (as served) over its canonical samples, to be written to its
 // file. The samples must not change afterwards.
 func (p *Projector) writeArrowBody(run string, seq uint64, manifest, samples []byte) {
-	if p.o.Dir == "" {
+	if p.o.Dir == "" || p.o.ArrowBodyBytes < 0 {
 		return // a projector without a state directory (a test's fold) keeps no files
 	}
 	b := &p.bodies
@@ -142,7 +162,64 @@ func (p *Projector) storeArrowBody(j bodyJob) error {
 		return err
 	}
 	ok = true
+	p.keepArrowBody(path)
 	return nil
+}
+
+// keepArrowBody counts a body just written against the budget and removes
+// the oldest bodies past it (never the one just written). A body being
+// sent while it is removed is sent whole: the open file outlives its name.
+func (p *Projector) keepArrowBody(path string) {
+	b := &p.bodies
+	if !b.scanned {
+		b.scanned = true
+		b.kept, b.keptBytes = p.scanArrowBodies()
+	} else if st, err := os.Stat(path); err == nil {
+		b.kept = append(b.kept, keptBody{path, st.Size()})
+		b.keptBytes += st.Size()
+	}
+	budget := p.o.ArrowBodyBytes
+	if budget == 0 {
+		budget = DefaultArrowBodyBytes
+	}
+	for b.keptBytes > budget && len(b.kept) > 1 && b.kept[0].path != path {
+		old := b.kept[0]
+		b.kept = b.kept[1:]
+		b.keptBytes -= old.size
+		if err := os.Remove(old.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			p.log.Warn("removing an old batch's Arrow body failed", "path", old.path, "err", err)
+		}
+	}
+}
+
+// scanArrowBodies lists the body files on disk, the oldest first (by
+// modification time, then name), with their total size.
+func (p *Projector) scanArrowBodies() ([]keptBody, int64) {
+	type found struct {
+		keptBody
+		mod int64
+	}
+	var all []found
+	root := filepath.Join(p.o.Dir, "arrow")
+	_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".arrow") {
+			return nil
+		}
+		if info, err := d.Info(); err == nil {
+			all = append(all, found{keptBody{path, info.Size()}, info.ModTime().UnixNano()})
+		}
+		return nil
+	})
+	slices.SortFunc(all, func(a, b found) int {
+		return cmp.Or(cmp.Compare(a.mod, b.mod), cmp.Compare(a.path, b.path))
+	})
+	out := make([]keptBody, len(all))
+	var total int64
+	for i, f := range all {
+		out[i] = f.keptBody
+		total += f.size
+	}
+	return out, total
 }
 
 // arrowBodyPath is the file of the Arrow body of batch seq of run with

@@ -53,6 +53,11 @@ type Options struct {
 	// directory instead of letting Pebble fail mid-commit. 0 means 64 MiB;
 	// negative disables the check.
 	MinFreeBytes int64
+	// ArrowBodyBytes bounds the bytes of the sealed batches' Arrow bodies
+	// kept beside the state (bodyfile.go): past it the oldest are removed,
+	// and fetched again they are rendered from the stored samples. 0 means
+	// [DefaultArrowBodyBytes]; negative keeps no files.
+	ArrowBodyBytes int64
 	// Logger; nil discards.
 	Logger *slog.Logger
 	// Telemetry receives the spans and metrics; nil records nothing.

@@ -65,6 +65,9 @@ type Options struct {
 	// projector owns; nil means all. Instances that split a topic's
 	// partitions between them must each have their own DataDir.
 	ProjectorPartitions []int
+	// ArrowBodyBytes bounds the Arrow bodies the projector keeps on disk
+	// ([projector.Options.ArrowBodyBytes]).
+	ArrowBodyBytes int64
 	// Upstreams are the base URLs of the processes the gateway routes to
 	// (with Only = [gateway]).
 	Upstreams []string
@@ -251,7 +254,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		(&ingest.Service{Appender: s.writer, Logger: log, Telemetry: s.tel, Bodies: o.Bodies}).Register(mux)
 	}
 	if slices.Contains(o.Only, ServiceProjector) {
-		p, err := projector.Open(projector.Options{Kafka: o.Kafka, Dir: filepath.Join(o.DataDir, "projector"), Partitions: o.ProjectorPartitions, Logger: log, Telemetry: s.tel})
+		p, err := projector.Open(projector.Options{Kafka: o.Kafka, Dir: filepath.Join(o.DataDir, "projector"), Partitions: o.ProjectorPartitions, ArrowBodyBytes: o.ArrowBodyBytes, Logger: log, Telemetry: s.tel})
 		if err != nil {
 			return abort(err)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/rolloutledger/rolloutledger/internal/auth"
 	"github.com/rolloutledger/rolloutledger/internal/httpx"
 	"github.com/rolloutledger/rolloutledger/internal/telemetry"
+	"github.com/rolloutledger/rolloutledger/services/projector"
 	"github.com/rolloutledger/rolloutledger/services/stack"
 )
 
@@ -29,7 +30,7 @@ func newServeCmd(g *globals) *cobra.Command {
 	var insecure bool
 	var own []int
 	var streams httpx.StreamLimits
-	var streamBudgetMiB int64
+	var streamBudgetMiB, arrowMiB int64
 	var upstreams []string
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -65,6 +66,7 @@ service; OTEL_SDK_DISABLED=true turns tracing and the ledger's metrics off.`,
 	kf := addKafkaFlags(cmd)
 	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:7070", "HTTP listen address")
 	cmd.Flags().StringVar(&data, "data", "./.rolloutledger", "directory for the projector's state")
+	cmd.Flags().Int64Var(&arrowMiB, "arrow-cache-mib", projector.DefaultArrowBodyBytes>>20, "MiB of sealed batches' Arrow bodies kept beside the projector's state for trainers' fetches; the oldest past it are rendered from the samples when fetched (0: none kept)")
 	cmd.Flags().IntSliceVar(&own, "own-partitions", nil, "facts partitions this instance's projector owns, e.g. 0,1,2 (default: all)")
 	dbURL := addDatabaseFlag(cmd)
 	cmd.Flags().StringVar(&only, "only", "", "comma-separated services to run (ingest, projector, pgsink, api), or gateway alone")
@@ -115,8 +117,11 @@ service; OTEL_SDK_DISABLED=true turns tracing and the ledger's metrics off.`,
 			return fmt.Errorf("serve: --stream-budget-mib %d is negative", streamBudgetMiB)
 		}
 		streams.Budget = streamBudgetMiB << 20
+		if arrowMiB < 0 {
+			return fmt.Errorf("serve: --arrow-cache-mib %d is negative", arrowMiB)
+		}
 		s, err := stack.Start(cmd.Context(), stack.Options{
-			Addr: addr, Kafka: kc, Only: services, DataDir: data, ProjectorPartitions: own, Upstreams: upstreams, Logger: log, DatabaseURL: dbURL(),
+			Addr: addr, Kafka: kc, Only: services, DataDir: data, ProjectorPartitions: own, ArrowBodyBytes: arrowBytes(arrowMiB), Upstreams: upstreams, Logger: log, DatabaseURL: dbURL(),
 			Auth: authn, TLSCertFile: tlsCert, TLSKeyFile: tlsKey, Telemetry: tel, HTTP: httpx.ServerOptions{Streams: streams},
 		})
 		if err != nil {
@@ -160,4 +165,13 @@ func serveAuth(services []string, tokensFile string, insecure bool) (*auth.Authe
 		return nil, errNoTokens
 	}
 	return auth.New(tokens)
+}
+
+// arrowBytes is the projector's Arrow body budget for --arrow-cache-mib:
+// 0 keeps none.
+func arrowBytes(mib int64) int64 {
+	if mib == 0 {
+		return -1
+	}
+	return mib << 20
 }
