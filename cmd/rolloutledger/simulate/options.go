@@ -95,6 +95,11 @@ type Options struct {
 	// the plan's own policy versions. Turns keep the versions the plan
 	// assigned them, so event content stays a function of the seed.
 	Trainer bool
+	// TrainerArrow has the trainer fetch its samples as Arrow IPC, as a
+	// real trainer does; TrainerFetch, when set, sees each fetch
+	// ([TrainerOptions]).
+	TrainerArrow bool
+	TrainerFetch func(Fetch)
 	// Rate, when positive, caps the push at that many events per second
 	// (on average over windows): a steady load for latency measurements.
 	Rate float64

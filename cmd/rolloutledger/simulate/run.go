@@ -70,7 +70,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		steps, err := Train(ctx, TrainerOptions{
 			URL: o.URL, Run: run, Steps: o.withDefaults().Steps, Pushed: pushed,
 			Seed: o.Seed, Token: o.Token, Client: o.Client, Logger: o.Logger, Published: &published,
-			Acknowledged: &acknowledged,
+			Acknowledged: &acknowledged, Arrow: o.TrainerArrow, OnFetch: o.TrainerFetch,
 		})
 		done <- trained{steps, err}
 	}()

@@ -46,11 +46,25 @@ type TrainerOptions struct {
 	Acknowledged *atomic.Int64
 	// Published, when set, is raised to each version the trainer publishes.
 	Published *atomic.Int64
+	// Arrow fetches each batch's samples as a trainer does, as Arrow IPC
+	// (the NDJSON lines are then not counted: SampleLines is 0).
+	Arrow bool
+	// OnFetch, when set, is called after each batch's samples are read,
+	// with their size and how long the fetch took.
+	OnFetch func(Fetch)
 	// Seed makes the reported losses and gaps deterministic per batch.
 	Seed   uint64
 	Token  string
 	Client *http.Client
 	Logger *slog.Logger
+}
+
+// Fetch is one batch's samples read by the trainer stand-in.
+type Fetch struct {
+	Run   string
+	Batch int
+	Bytes int64
+	Took  time.Duration
 }
 
 // TrainerStep is what the trainer stand-in saw in one batch and reported.
@@ -224,16 +238,45 @@ func nextBatch(ctx context.Context, o TrainerOptions, base string, k int) (proje
 }
 
 func sampleLines(ctx context.Context, o TrainerOptions, base string, k int) (int, error) {
-	resp, err := get(ctx, o, fmt.Sprintf("%s/batches/%d/samples", base, k))
+	start := time.Now()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/batches/%d/samples", base, k), nil)
+	if err != nil {
+		return 0, err
+	}
+	if o.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+o.Token)
+	}
+	if o.Arrow {
+		req.Header.Set("Accept", "application/vnd.apache.arrow.stream")
+	}
+	resp, err := o.Client.Do(req)
 	if err != nil {
 		return 0, fmt.Errorf("trainer: samples of batch %d: %w", k, err)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("trainer: samples of batch %d: %s %v", k, resp.Status, err)
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return 0, fmt.Errorf("trainer: samples of batch %d: %s: %s", k, resp.Status, b)
 	}
-	return bytes.Count(b, []byte("\n")), nil
+	lines, n := 0, int64(0)
+	buf := make([]byte, 256<<10)
+	for {
+		m, err := resp.Body.Read(buf)
+		n += int64(m)
+		if !o.Arrow {
+			lines += bytes.Count(buf[:m], []byte("\n"))
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return 0, fmt.Errorf("trainer: samples of batch %d: %w", k, err)
+		}
+	}
+	if o.OnFetch != nil {
+		o.OnFetch(Fetch{Run: o.Run, Batch: k, Bytes: n, Took: time.Since(start)})
+	}
+	return lines, nil
 }
 
 func observe(m projections.Manifest, lines int) TrainerStep {

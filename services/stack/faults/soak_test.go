@@ -2,9 +2,11 @@ package faults_test
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"runtime"
 	"slices"
@@ -43,7 +45,14 @@ type soakSample struct {
 	acked              int64
 	projLag, sinkLag   int64
 	rssBytes, heapUsed uint64
-	warnings, errs     int64
+	// kafkaRSS is the broker's JVM's resident set; pgPSS the PostgreSQL
+	// processes' proportional set (their shared buffers counted once).
+	kafkaRSS, pgPSS uint64
+	// fetched counts the bytes of samples the trainers read, and fetchTime
+	// the time their fetches took, since the start.
+	fetched, fetches int64
+	fetchTime        time.Duration
+	warnings, errs   int64
 }
 
 // A sustained load of several simulated runs at once, each with a live
@@ -72,9 +81,16 @@ func TestSoak(t *testing.T) {
 	defer s.Shutdown(context.Background())
 	conn := connect(t, url)
 
-	var acked atomic.Int64
+	var acked, fetched, fetches, fetchNanos atomic.Int64
 	var pushErrs []error
 	var mu sync.Mutex
+	// What each run had acknowledged and trained, to find in the ledger
+	// at the end.
+	type runLoad struct {
+		acked atomic.Int64
+		steps int
+	}
+	loads := map[string]*runLoad{}
 	load, stopLoad := context.WithTimeout(ctx, *soakFor)
 	defer stopLoad()
 	var lanes sync.WaitGroup
@@ -82,15 +98,30 @@ func TestSoak(t *testing.T) {
 	for lane := range *soakRuns {
 		lanes.Go(func() {
 			for n := 0; load.Err() == nil; n++ {
+				rl := &runLoad{}
 				o := simulate.Options{
 					URL: s.URL(), Seed: uint64(1000*lane + n), Run: fmt.Sprintf("soak-%d-%d", lane, n),
 					Tasks: 48, Steps: 6, MaxTurns: 80, Trainer: true, Workers: 2, EventsPerRequest: 32,
 					Tokens: *soakTokens, Text: *soakTokens,
-					Rate:  *soakRate / float64(*soakRuns),
-					OnAck: func(a []simulate.Ack) { acked.Add(int64(len(a))) },
+					Rate: *soakRate / float64(*soakRuns),
+					OnAck: func(a []simulate.Ack) {
+						acked.Add(int64(len(a)))
+						rl.acked.Add(int64(len(a)))
+					},
+					// The trainers fetch as real ones do, as Arrow.
+					TrainerArrow: true,
+					TrainerFetch: func(f simulate.Fetch) {
+						fetched.Add(f.Bytes)
+						fetches.Add(1)
+						fetchNanos.Add(int64(f.Took))
+					},
 				}
-				_, err := simulate.Run(load, o)
 				mu.Lock()
+				loads[o.Run] = rl
+				mu.Unlock()
+				res, err := simulate.Run(load, o)
+				mu.Lock()
+				rl.steps = len(res.Steps)
 				runs++
 				if err != nil && load.Err() == nil {
 					pushErrs = append(pushErrs, fmt.Errorf("%s: %w", o.Run, err))
@@ -104,7 +135,9 @@ func TestSoak(t *testing.T) {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		smp := soakSample{at: time.Since(start), acked: acked.Load(), rssBytes: rss(),
-			warnings: counter.warnings.Load(), errs: counter.errors.Load()}
+			warnings: counter.warnings.Load(), errs: counter.errors.Load(),
+			fetched: fetched.Load(), fetches: fetches.Load(), fetchTime: time.Duration(fetchNanos.Load())}
+		smp.kafkaRSS, smp.pgPSS = serviceMemory()
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
 		smp.heapUsed = ms.HeapInuse
@@ -129,7 +162,8 @@ func TestSoak(t *testing.T) {
 	}
 	start := time.Now()
 	var samples []soakSample
-	fmt.Printf("%8s %10s %9s %10s %10s %9s %9s %5s %5s\n", "t", "facts", "facts/s", "proj_lag", "sink_lag", "rss_MiB", "heap_MiB", "warn", "err")
+	fmt.Printf("%8s %10s %9s %10s %10s %9s %9s %9s %9s %7s %9s %5s %5s\n", "t", "facts", "facts/s", "proj_lag", "sink_lag", "rss_MiB", "heap_MiB",
+		"kafka_MiB", "pg_MiB", "fetches", "fetch_MB/s", "warn", "err")
 	tick := time.NewTicker(*soakEvery)
 	defer tick.Stop()
 	done := make(chan struct{})
@@ -142,13 +176,16 @@ loop:
 		case <-tick.C:
 		}
 		smp := sample(start)
-		rate := 0.0
+		rate, fetchRate := 0.0, 0.0
 		if n := len(samples); n > 0 {
-			rate = float64(smp.acked-samples[n-1].acked) / (smp.at - samples[n-1].at).Seconds()
+			prev := samples[n-1]
+			rate = float64(smp.acked-prev.acked) / (smp.at - prev.at).Seconds()
+			fetchRate = fetchMBps(prev, smp)
 		}
 		samples = append(samples, smp)
-		fmt.Printf("%8s %10d %9.0f %10d %10d %9.1f %9.1f %5d %5d\n", smp.at.Round(time.Second), smp.acked, rate,
-			smp.projLag, smp.sinkLag, mib(smp.rssBytes), mib(smp.heapUsed), smp.warnings, smp.errs)
+		fmt.Printf("%8s %10d %9.0f %10d %10d %9.1f %9.1f %9.1f %9.1f %7d %9.1f %5d %5d\n", smp.at.Round(time.Second), smp.acked, rate,
+			smp.projLag, smp.sinkLag, mib(smp.rssBytes), mib(smp.heapUsed), mib(smp.kafkaRSS), mib(smp.pgPSS), smp.fetches, fetchRate,
+			smp.warnings, smp.errs)
 	}
 	loadTime := time.Since(start)
 
@@ -175,6 +212,28 @@ loop:
 	}
 	catchUp := time.Since(caught)
 
+	// Nothing acknowledged was lost: every run's facts folded (duplicates
+	// included) are at least what its rollouts had acknowledged and its
+	// trainer reported (two facts a step).
+	var want, folded int64
+	var short []string
+	mu.Lock()
+	for run, rl := range loads {
+		n, err := factsFolded(ctx, s.URL(), run)
+		if err != nil {
+			t.Errorf("status of %s: %v", run, err)
+			continue
+		}
+		w := rl.acked.Load() + 2*int64(rl.steps)
+		want, folded = want+w, folded+n
+		if n < w {
+			short = append(short, fmt.Sprintf("%s: %d folded of %d acknowledged", run, n, w))
+		}
+	}
+	mu.Unlock()
+	if len(short) > 0 {
+		t.Errorf("facts lost in %d runs: %v", len(short), short)
+	}
 	// Summary.
 	if len(samples) == 0 {
 		t.Fatal("no samples: the soak was shorter than one sampling interval")
@@ -186,7 +245,19 @@ loop:
 		sinkLags = append(sinkLags, smp.sinkLag)
 	}
 	window := max(1, len(samples)/5)
-	firstRSS, lastRSS := meanRSS(samples[:window]), meanRSS(samples[len(samples)-window:])
+	first, lastFifth := samples[:window], samples[len(samples)-window:]
+	firstRSS, lastRSS := meanRSS(first), meanRSS(lastFifth)
+	meanOf := func(ss []soakSample, f func(soakSample) uint64) float64 {
+		var sum uint64
+		for _, s := range ss {
+			sum += f(s)
+		}
+		return mib(sum / uint64(len(ss)))
+	}
+	kafkaOf := func(s soakSample) uint64 { return s.kafkaRSS }
+	pgOf := func(s soakSample) uint64 { return s.pgPSS }
+	fetchFirst := fetchMBps(samples[0], first[len(first)-1])
+	fetchLast := fetchMBps(lastFifth[0], last)
 	var facts int64
 	if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "turns"}.Sanitize()).Scan(&facts); err != nil {
 		t.Fatal(err)
@@ -199,13 +270,20 @@ soak summary
   pgsink:      lag max %d, median %d, last %d records (facts and decisions)
   caught up:   both %v after the load stopped
   rss:         mean of the first fifth %.1f MiB, of the last fifth %.1f MiB, max %.1f MiB (load generator included)
+  kafka rss:   mean of the first fifth %.1f MiB, of the last fifth %.1f MiB
+  pg memory:   proportional set, mean of the first fifth %.1f MiB, of the last fifth %.1f MiB
+  fetches:     %d batches, %.1f MB read; %.1f MB/s of fetch time over the first fifth, %.1f over the last
+  facts:       %d folded of %d acknowledged (%d extra copies), in %d runs
   go heap:     last %.1f MiB
   log:         %d warnings, %d errors; %d failed pushes
   postgres:    %d turn rows stored
 `, loadTime.Round(time.Second), runs, *soakRuns, *soakRate, *soakTokens, last.acked, float64(last.acked)/loadTime.Seconds(),
 		slices.Max(projLags), median(projLags), last.projLag,
 		slices.Max(sinkLags), median(sinkLags), last.sinkLag, catchUp.Round(time.Millisecond),
-		mib(firstRSS), mib(lastRSS), mib(maxRSS(samples)), mib(last.heapUsed),
+		mib(firstRSS), mib(lastRSS), mib(maxRSS(samples)),
+		meanOf(first, kafkaOf), meanOf(lastFifth, kafkaOf), meanOf(first, pgOf), meanOf(lastFifth, pgOf),
+		last.fetches, float64(last.fetched)/1e6, fetchFirst, fetchLast,
+		folded, want, folded-want, len(loads), mib(last.heapUsed),
 		counter.warnings.Load(), counter.errors.Load(), len(pushErrs), facts)
 	for _, w := range counter.lastMessages() {
 		fmt.Println("  logged:", w)
@@ -216,6 +294,75 @@ soak summary
 	if n := counter.errors.Load(); n > 0 {
 		t.Errorf("%d errors logged", n)
 	}
+}
+
+// fetchMBps is the trainers' fetch rate between two samples: megabytes
+// read per second spent fetching.
+func fetchMBps(a, b soakSample) float64 {
+	if b.fetchTime <= a.fetchTime {
+		return 0
+	}
+	return float64(b.fetched-a.fetched) / 1e6 / (b.fetchTime - a.fetchTime).Seconds()
+}
+
+// factsFolded is a run's facts_folded, from the API's run status.
+func factsFolded(ctx context.Context, base, run string) (int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/runs/"+run+"/status", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("status: %s", resp.Status)
+	}
+	var st struct {
+		FactsFolded int64 `json:"facts_folded"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	return st.FactsFolded, err
+}
+
+// serviceMemory is the Kafka broker's resident set (its JVM's) and the
+// PostgreSQL processes' proportional set size, from /proc; 0 for one not
+// found.
+func serviceMemory() (kafka, pg uint64) {
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid := d.Name()
+		if pid[0] < '0' || pid[0] > '9' {
+			continue
+		}
+		comm, _ := os.ReadFile("/proc/" + pid + "/comm")
+		switch name := strings.TrimSpace(string(comm)); {
+		case name == "postgres":
+			pg += statusField("/proc/"+pid+"/smaps_rollup", "Pss:")
+		case name == "java":
+			cmdline, _ := os.ReadFile("/proc/" + pid + "/cmdline")
+			if strings.Contains(string(cmdline), "kafka.Kafka") {
+				kafka += statusField("/proc/"+pid+"/status", "VmRSS:")
+			}
+		}
+	}
+	return kafka, pg
+}
+
+// statusField reads a "Name:   123 kB" line of a /proc file, in bytes.
+func statusField(path, name string) uint64 {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, name); ok {
+			kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 func median(xs []int64) int64 {
@@ -243,19 +390,7 @@ func maxRSS(ss []soakSample) uint64 {
 func mib(b uint64) float64 { return float64(b) / (1 << 20) }
 
 // rss is the process's resident set size, from /proc/self/status.
-func rss() uint64 {
-	data, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for line := range strings.SplitSeq(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}
+func rss() uint64 { return statusField("/proc/self/status", "VmRSS:") }
 
 // logCounter counts the warnings and errors logged through its handlers
 // and keeps the last few messages.
