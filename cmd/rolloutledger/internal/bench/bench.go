@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
+	"github.com/rolloutledger/rolloutledger/replay/dataset"
 )
 
 // Groups of figures, selected by Options.Only.
@@ -74,6 +75,11 @@ type Options struct {
 	// AnalystsKeep keeps the schema holding the loaded run (and the
 	// views of 00002 with AnalystsBefore), to query it by hand.
 	AnalystsKeep bool
+	// ScaleFacts are the two run lengths, in facts, of the scale figures
+	// [1,000,000 and 10,000,000; 50,000 and 200,000 with Short].
+	ScaleFacts []int
+	// ScaleFormats are the export formats the scale figures run [all].
+	ScaleFormats []string
 	// ReplayMemory are the run lengths, in facts, of the replay memory
 	// figure (GroupReplayMemory) [1,000,000 and 10,000,000; 20,000 and
 	// 40,000 with Short]; setting them runs it.
@@ -139,6 +145,14 @@ func (o Options) Validate() error {
 	var errs []error
 	if len(o.Brokers) == 0 {
 		errs = append(errs, errors.New("bench: no Kafka brokers (--brokers or $KAFKA_BROKERS)"))
+	}
+	if len(o.ScaleFacts) != 0 && (len(o.ScaleFacts) != 2 || o.ScaleFacts[0] <= 0 || o.ScaleFacts[1] <= o.ScaleFacts[0]) {
+		errs = append(errs, fmt.Errorf("bench: --scale-facts %v: want two run lengths, the smaller first", o.ScaleFacts))
+	}
+	for _, f := range o.ScaleFormats {
+		if !slices.Contains(dataset.Formats, f) {
+			errs = append(errs, fmt.Errorf("bench: --scale-formats: unknown format %q (want some of %s)", f, strings.Join(dataset.Formats, ",")))
+		}
 	}
 	for _, g := range o.Only {
 		if !slices.Contains(Groups, g) && g != GroupReplayMemory {

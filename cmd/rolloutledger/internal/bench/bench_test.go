@@ -163,16 +163,18 @@ func TestShortRunsEveryFigure(t *testing.T) {
 }
 
 func TestOptionsValidate(t *testing.T) {
-	err := bench.Options{Only: []string{"ingest", "speed"}}.Validate()
+	err := bench.Options{Only: []string{"ingest", "speed"}, ScaleFacts: []int{10_000_000, 1_000_000}, ScaleFormats: []string{"parquet", "csv"}}.Validate()
 	if err == nil {
 		t.Fatal("want an error for no brokers and an unknown group")
 	}
-	for _, want := range []string{"no Kafka brokers", `unknown figure group "speed"`} {
+	for _, want := range []string{"no Kafka brokers", `unknown figure group "speed"`, "--scale-facts [10000000 1000000]: want two run lengths, the smaller first",
+		`--scale-formats: unknown format "csv"`} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
 	}
-	if err := (bench.Options{Brokers: []string{"127.0.0.1:9092"}, Only: bench.Groups}).Validate(); err != nil {
+	if err := (bench.Options{Brokers: []string{"127.0.0.1:9092"}, Only: bench.Groups, ScaleFacts: []int{1_000_000, 50_000_000},
+		ScaleFormats: []string{"parquet"}}).Validate(); err != nil {
 		t.Errorf("valid options refused: %v", err)
 	}
 }

@@ -25,9 +25,13 @@ import (
 // named.
 const GroupScale = "scale"
 
-// scaleSizes are the two run lengths, in facts, of the scale figures.
-func scaleSizes(short bool) [2]int {
-	if short {
+// scaleSizes are the two run lengths, in facts, of the scale figures:
+// those asked for, or the defaults.
+func scaleSizes(o Options) [2]int {
+	if len(o.ScaleFacts) == 2 {
+		return [2]int{o.ScaleFacts[0], o.ScaleFacts[1]}
+	}
+	if o.Short {
 		return [2]int{50_000, 200_000}
 	}
 	return [2]int{1_000_000, 10_000_000}
@@ -84,7 +88,7 @@ func runGeneratorChild(enc *json.Encoder) error {
 }
 
 func scaleFigures(ctx context.Context, e *env) ([]*Figure, error) {
-	sizes := scaleSizes(e.o.Short)
+	sizes := scaleSizes(e.o)
 	var figs []*Figure
 	gen, err := generatorFigures(ctx, e, sizes)
 	if err != nil {
@@ -94,7 +98,7 @@ func scaleFigures(ctx context.Context, e *env) ([]*Figure, error) {
 	// Short mode (CI, under the race detector) exports tiny runs: four
 	// formats at two sizes of 50 K and 200 K facts took minutes there.
 	exSizes := sizes
-	if e.o.Short {
+	if e.o.Short && len(e.o.ScaleFacts) == 0 {
 		exSizes = [2]int{5_000, 20_000}
 	}
 	ex, err := exportFigures(ctx, e, exSizes)
@@ -192,8 +196,12 @@ func exportFigures(ctx context.Context, e *env, sizes [2]int) ([]*Figure, error)
 			return nil, err
 		}
 	}
+	formats := dataset.Formats
+	if len(e.o.ScaleFormats) > 0 {
+		formats = e.o.ScaleFormats
+	}
 	var figs []*Figure
-	for _, format := range dataset.Formats {
+	for _, format := range formats {
 		var rss, rate [2]*Figure
 		for i, n := range sizes {
 			rss[i] = &Figure{Name: fmt.Sprintf("export %s peak RSS, %s facts", format, facts(n)), Unit: "MiB", Command: e.cmd(GroupScale),

@@ -23,6 +23,8 @@ func newBenchCmd(g *globals) *cobra.Command {
 		analystsBefore   bool
 		analystsKeep     bool
 		replayMemory     []int
+		scaleFacts       []int
+		scaleFormats     []string
 		dbURL            func() string
 	)
 	cmd := &cobra.Command{
@@ -71,7 +73,7 @@ figure runs (its numbers mean nothing).`,
 			}
 			o := bench.Options{
 				Brokers: kafkaConfigBrokers(cmd), DatabaseURL: dbURL(), KafkaLibs: kafkaLibs,
-				Short: short, Runs: runs, ReplayFacts: replayFact, Python: python, ReplayMemory: replayMemory, Logger: log,
+				Short: short, Runs: runs, ReplayFacts: replayFact, Python: python, ReplayMemory: replayMemory, ScaleFacts: scaleFacts, ScaleFormats: scaleFormats, Logger: log,
 				AnalystsFacts: analystsFacts, AnalystsBefore: analystsBefore, AnalystsKeep: analystsKeep,
 			}
 			if only != "" {
@@ -123,6 +125,8 @@ figure runs (its numbers mean nothing).`,
 	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	cmd.Flags().StringVar(&python, "python", "python3", "Python interpreter with the SDK, NumPy and pyarrow, for the trainer-fetch figure")
 	cmd.Flags().IntSliceVar(&replayMemory, "replay-memory", nil, "run lengths in facts for the replay-memory figure, comma-separated (default 1000000,10000000)")
+	cmd.Flags().IntSliceVar(&scaleFacts, "scale-facts", nil, "the two run lengths in facts of the scale figures, smaller first (default 1000000,10000000; 50000,200000 with --short)")
+	cmd.Flags().StringSliceVar(&scaleFormats, "scale-formats", nil, "export formats the scale figures run, comma-separated (default all)")
 	cmd.Flags().StringVar(&only, "only", "", "figure groups, comma-separated: "+strings.Join(bench.Groups, ",")+" (and "+bench.GroupReplayMemory+")")
 	return cmd
 }
