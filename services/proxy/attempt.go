@@ -21,8 +21,12 @@ type attemptState struct {
 	// outputs in the attempt's next request.
 	Pending []pendingCall `json:"pending,omitempty"`
 	// AnsweredAt is when the last turn's answer was committed (Unix ms):
-	// a tool call's duration is measured from it to the next request.
+	// a tool call's duration is measured from it to the next request, and
+	// the spool's expiry index orders attempts by it (spool.go).
 	AnsweredAt int64 `json:"answered_at,omitempty"`
+	// replaces is the AnsweredAt of the state this one replaces, whose
+	// expiry index entry the commit removes; not stored.
+	replaces int64
 }
 
 // pendingCall is a tool call the model made, whose output has not been

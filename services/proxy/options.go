@@ -50,6 +50,11 @@ type Options struct {
 	// IdleAttempt is how long an attempt unseen stays in memory (default
 	// 10 min; its state stays in the spool).
 	IdleAttempt time.Duration
+	// AttemptRetention is how long after its last answer an attempt's
+	// prefix marks and last sequence stay in the spool (default 24 h;
+	// negative: for ever). Past it an attempt that comes back is numbered
+	// on, and its next prompt is recorded whole, with no parent.
+	AttemptRetention time.Duration
 	// Client talks to the engines and the ledger (default: a transport
 	// with keep-alive pools sized for thousands of attempts).
 	Client *http.Client
@@ -59,10 +64,11 @@ type Options struct {
 
 // Defaults of [Options].
 const (
-	DefaultSpoolMaxBytes = 1 << 30
-	DefaultMaxBodyBytes  = 32 << 20
-	DefaultSource        = "rolloutledger-proxy"
-	DefaultIdleAttempt   = 10 * time.Minute
+	DefaultSpoolMaxBytes    = 1 << 30
+	DefaultMaxBodyBytes     = 32 << 20
+	DefaultSource           = "rolloutledger-proxy"
+	DefaultIdleAttempt      = 10 * time.Minute
+	DefaultAttemptRetention = 24 * time.Hour
 )
 
 // Validate reports every problem at once.
@@ -123,6 +129,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.IdleAttempt == 0 {
 		o.IdleAttempt = DefaultIdleAttempt
+	}
+	if o.AttemptRetention == 0 {
+		o.AttemptRetention = DefaultAttemptRetention
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

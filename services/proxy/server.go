@@ -92,9 +92,31 @@ func (s *Server) Start(ctx context.Context) {
 				return
 			case <-t.C:
 				s.as.sweep(s.now())
+				s.expire()
 			}
 		}
 	}()
+}
+
+// expire forgets the prefix marks and last sequences of the attempts not
+// answered for AttemptRetention (spool.expire), each under its own lock,
+// and its copy in memory with them.
+func (s *Server) expire() {
+	if s.o.AttemptRetention < 0 {
+		return
+	}
+	before := s.now().Add(-s.o.AttemptRetention).UnixMilli()
+	n, err := s.sp.expire(before, func(id identity) func() {
+		a := s.as.acquire(id, s.now())
+		a.loaded, a.st, a.seq = false, nil, nil // read back, expired, at the next turn
+		return func() { s.as.release(a) }
+	})
+	if err != nil {
+		s.o.Logger.Warn("proxy: expiring idle attempts' prefixes failed; the next pass tries again", "err", err)
+	}
+	if n > 0 {
+		s.o.Logger.Info("proxy: expired idle attempts' prefixes", "attempts", n, "idle_for", s.o.AttemptRetention)
+	}
 }
 
 // Close stops delivering and closes the spool; what was not delivered

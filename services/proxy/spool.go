@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -19,6 +20,8 @@ import (
 //	a <run> NUL <attempt> the attempt's state (attemptState, JSON)
 //	s <run> NUL <attempt> the attempt's last whole sequence, int32 LE
 //	v <run> NUL <engine> NUL <model>  the run's vocabulary is spooled
+//	i <answered at:8> <run> NUL <attempt>  expiry index: the attempt's last answer (Unix ms)
+//	I                    the expiry index covers every attempt
 //
 // A turn's facts, its attempt's state and its sequence are written in one
 // synced batch: after a crash either all of a turn is in the spool, and the
@@ -32,7 +35,12 @@ const (
 	prefixSeq     = 's' // an attempt's whole sequence in one value (before chunks)
 	prefixChunk   = 'S' // a piece of an attempt's sequence, keyed by its offset
 	prefixVocab   = 'v'
+	prefixExpiry  = 'i'
 )
+
+// indexedKey marks a spool whose expiry index covers every attempt (a
+// spool written before the index had none: openSpool builds it once).
+var indexedKey = []byte{'I'}
 
 // ErrSpoolFull is returned when the facts waiting for the ledger exceed
 // the spool's cap: the ledger has been away too long.
@@ -97,7 +105,135 @@ func openSpool(dir string, maxBytes int64) (*spool, error) {
 			return nil, err
 		}
 	}
+	if err := s.buildExpiryIndex(); err != nil {
+		db.Close()
+		return nil, err
+	}
 	return s, nil
+}
+
+// expiryKey is the expiry index's entry of an attempt last answered at
+// (Unix ms).
+func expiryKey(at int64, id identity) []byte {
+	k := binary.BigEndian.AppendUint64([]byte{prefixExpiry}, uint64(max(at, 0)))
+	return append(k, id.key()...)
+}
+
+// buildExpiryIndex indexes every attempt's state by its last answer, once,
+// for a spool written before the index existed.
+func (s *spool) buildExpiryIndex() error {
+	if _, closer, err := s.db.Get(indexedKey); err == nil {
+		closer.Close()
+		return nil
+	} else if !errors.Is(err, pebble.ErrNotFound) {
+		return err
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixAttempt}, UpperBound: []byte{prefixAttempt + 1}})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	b := s.db.NewBatch()
+	defer b.Close()
+	for it.First(); it.Valid(); it.Next() {
+		run, attempt, ok := strings.Cut(string(it.Key()[1:]), "\x00")
+		var st attemptState
+		if !ok || json.Unmarshal(it.Value(), &st) != nil {
+			continue // read back and refused by loadAttempt, which names it
+		}
+		if err := b.Set(expiryKey(st.AnsweredAt, identity{Run: run, Attempt: attempt}), nil, nil); err != nil {
+			return err
+		}
+	}
+	if err := it.Error(); err != nil {
+		return err
+	}
+	if err := b.Set(indexedKey, nil, nil); err != nil {
+		return err
+	}
+	return b.Commit(pebble.Sync)
+}
+
+// expire forgets what relates the prompts of attempts last answered before
+// the cutoff (Unix ms) to their earlier turns: their marks and their last
+// whole sequence, which grow with their turns and would otherwise stay in
+// the spool for the life of the proxy. What numbers their turns and pairs
+// their tool calls with outputs stays (a hundred bytes an attempt), so an
+// attempt that comes back is numbered on, and its next prompt is recorded
+// whole, as a first turn's is. hold locks an attempt against its own
+// requests while it is expired and returns the unlock; it returns how many
+// attempts were expired.
+func (s *spool) expire(before int64, hold func(identity) func()) (int, error) {
+	hi := binary.BigEndian.AppendUint64([]byte{prefixExpiry}, uint64(max(before, 0)))
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixExpiry}, UpperBound: hi})
+	if err != nil {
+		return 0, err
+	}
+	defer it.Close()
+	n := 0
+	for it.First(); it.Valid(); it.Next() {
+		key := slices.Clone(it.Key())
+		run, attempt, ok := strings.Cut(string(key[9:]), "\x00")
+		if !ok {
+			continue
+		}
+		id := identity{Run: run, Attempt: attempt}
+		done, err := s.expireOne(id, key, before, hold)
+		if err != nil {
+			return n, err
+		}
+		if done {
+			n++
+		}
+	}
+	return n, it.Error()
+}
+
+func (s *spool) expireOne(id identity, key []byte, before int64, hold func(identity) func()) (bool, error) {
+	release := hold(id)
+	defer release()
+	b := s.db.NewBatch()
+	defer b.Close()
+	if err := b.Delete(key, nil); err != nil {
+		return false, err
+	}
+	v, closer, err := s.db.Get(attemptKey(prefixAttempt, id))
+	var st attemptState
+	found := err == nil
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+	case err != nil:
+		return false, err
+	default:
+		err = json.Unmarshal(v, &st)
+		closer.Close()
+		if err != nil {
+			return false, fmt.Errorf("proxy: spool: attempt state of %q: %w", id.Attempt, err)
+		}
+	}
+	// Past the cutoff, and with something to free (an attempt expired
+	// before is passed over when a rebuilt index lists it again).
+	expired := found && st.AnsweredAt < before && len(st.Marks) > 0
+	if found && st.AnsweredAt < before {
+		st.Marks = nil
+		raw, err := json.Marshal(&st)
+		if err != nil {
+			return false, err
+		}
+		if err := b.Set(attemptKey(prefixAttempt, id), raw, nil); err != nil {
+			return false, err
+		}
+		lo, hi := chunkRange(id)
+		if err := b.DeleteRange(lo, hi, nil); err != nil {
+			return false, err
+		}
+		if err := b.Delete(attemptKey(prefixSeq, id), nil); err != nil {
+			return false, err
+		}
+	}
+	// An entry whose attempt was answered since is stale: the commit of
+	// that answer indexed it anew.
+	return expired, b.Commit(pebble.NoSync)
 }
 
 func (s *spool) Close() error { return s.db.Close() }
@@ -139,6 +275,14 @@ func (s *spool) commit(id identity, st *attemptState, prev, seq []int32, facts [
 			return err
 		}
 		if err := b.Set(attemptKey(prefixAttempt, id), raw, nil); err != nil {
+			return err
+		}
+		if st.replaces != st.AnsweredAt {
+			if err := b.Delete(expiryKey(st.replaces, id), nil); err != nil {
+				return err
+			}
+		}
+		if err := b.Set(expiryKey(st.AnsweredAt, id), nil, nil); err != nil {
 			return err
 		}
 	}

@@ -287,3 +287,73 @@ func BenchmarkSpoolLongAttempt(b *testing.B) {
 		turn++
 	}
 }
+
+// Expiry frees an idle attempt's sequence and marks and keeps its
+// numbering; an entry of an attempt answered since is passed over; and a
+// spool written before the expiry index gets one when opened.
+func TestSpoolExpiry(t *testing.T) {
+	dir := t.TempDir()
+	sp, err := openSpool(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, recent := identity{Run: "r", Attempt: "old"}, identity{Run: "r", Attempt: "recent"}
+	marks := []turnMark{markOf(0, []int32{1, 2, 3})}
+	for _, c := range []struct {
+		id identity
+		at int64
+	}{{old, 1000}, {recent, 5000}} {
+		if err := sp.commit(c.id, &attemptState{NextTurn: 1, Marks: marks, AnsweredAt: c.at}, nil, []int32{1, 2, 3}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := 0
+	hold := func(identity) func() { held++; return func() { held-- } }
+	expect := func(id identity, nextTurn int, marks int, seq []int32) {
+		t.Helper()
+		st, got, err := sp.loadAttempt(id)
+		if err != nil || st.NextTurn != nextTurn || len(st.Marks) != marks || !slices.Equal(got, seq) {
+			t.Errorf("%s: next turn %d, %d marks, sequence %v (%v); want %d, %d, %v", id.Attempt, st.NextTurn, len(st.Marks), got, err, nextTurn, marks, seq)
+		}
+	}
+	if n, err := sp.expire(3000, hold); n != 1 || err != nil || held != 0 {
+		t.Fatalf("expired %d (%v), %d still held; want 1", n, err, held)
+	}
+	expect(old, 1, 0, nil)
+	expect(recent, 1, 1, []int32{1, 2, 3})
+	if n, _ := sp.expire(3000, hold); n != 0 {
+		t.Errorf("a second pass expired %d, want 0", n)
+	}
+	// Answered again: its old entry goes, the new one is past the cutoff.
+	if err := sp.commit(recent, &attemptState{NextTurn: 2, Marks: marks, AnsweredAt: 9000, replaces: 5000}, nil, []int32{1, 2, 3, 4}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := sp.expire(8000, hold); n != 0 {
+		t.Errorf("an attempt answered after the cutoff was expired (%d)", n)
+	}
+	expect(recent, 2, 1, []int32{1, 2, 3, 4})
+
+	// A spool without the index (written before it): built on open.
+	b := sp.db.NewBatch()
+	if err := b.DeleteRange([]byte{prefixExpiry}, []byte{prefixExpiry + 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Delete(indexedKey, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := sp.expire(1<<62, hold); n != 0 {
+		t.Fatalf("without an index, expired %d", n)
+	}
+	sp.Close()
+	if sp, err = openSpool(dir, 0); err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	if n, err := sp.expire(10_000, hold); n != 1 || err != nil {
+		t.Fatalf("after the index was built, expired %d (%v); want 1", n, err)
+	}
+	expect(recent, 2, 0, nil)
+}

@@ -227,7 +227,7 @@ func (s *Server) buildTurn(ex *exchange, st *attemptState, prev []int32, segs []
 	t.Tags = slices.Clone(c.tags)
 	slices.Sort(t.Tags)
 	// Tool calls of the previous turn, answered (or not) by this request.
-	next := &attemptState{NextTurn: n + 1, Marks: st.Marks, LastTurn: st.LastTurn, AnsweredAt: s.now().UnixMilli()}
+	next := &attemptState{NextTurn: n + 1, Marks: st.Marks, LastTurn: st.LastTurn, AnsweredAt: s.now().UnixMilli(), replaces: st.AnsweredAt}
 	if len(st.Pending) > 0 {
 		outs := toolOutputs(ex.req)
 		waited := arrived.UnixMilli() - st.AnsweredAt

@@ -73,6 +73,7 @@ The scheduler still writes run.started, groups, attempts and rewards.`,
 	f.StringVar(&o.Source, "source", proxy.DefaultSource, "producer identity written into every fact")
 	f.BoolVar(&o.NoVocabulary, "no-vocabulary", false, "do not register the engine's vocabulary (vocabulary.registered, once per run, in the background; llama.cpp only)")
 	f.Int64Var(&o.MaxBodyBytes, "max-body-bytes", proxy.DefaultMaxBodyBytes, "largest request body accepted")
+	f.DurationVar(&o.AttemptRetention, "attempt-retention", proxy.DefaultAttemptRetention, "how long after its last answer an attempt's prefix state stays in the spool; an attempt back after that has its next prompt recorded whole (negative: for ever)")
 	return cmd
 }
 
