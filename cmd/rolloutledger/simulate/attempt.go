@@ -14,8 +14,10 @@ import (
 var tierMedianTurns = [5]float64{0, 7, 12, 19, 28}
 
 // drawAttempt draws one attempt's whole content from its own PRNG stream,
-// so an attempt does not change when another one does.
-func (m *model) drawAttempt(a *attempt, t *task, passProb float64) {
+// so an attempt does not change when another one does. Without full it
+// stops before the turns: the attempt's fate (failed, passed, tests) is
+// drawn, its turns and duration are not.
+func (m *model) drawAttempt(a *attempt, t *task, passProb float64, full bool) {
 	r := rand.New(rand.NewPCG(m.seed^saltAttempt, a.serial))
 	a.vm = fmt.Sprintf("vm-%012x", r.Uint64()>>16)
 	a.forkMS = clampInt(lognormal(r, 130, 0.45), 50, 400)
@@ -58,6 +60,9 @@ func (m *model) drawAttempt(a *attempt, t *task, passProb float64) {
 			keep = 1 + r.IntN(min(n-1, 8))
 		}
 	}
+	if !full {
+		return
+	}
 	a.turns = make([]turn, 0, keep)
 	m.drawTurns(r, a, t, n, keep)
 }
@@ -69,7 +74,7 @@ func (m *model) turnsOf(a *attempt) []turn {
 		return a.turns
 	}
 	b := attempt{serial: a.serial}
-	m.drawAttempt(&b, a.group.task, a.passProb)
+	m.drawAttempt(&b, a.group.task, a.passProb, true)
 	return b.turns
 }
 

@@ -28,29 +28,69 @@ const (
 // content is a pure function of o's Seed and scale fields; only the event
 // ids are random.
 func Generate(o Options, run string) (*Plan, error) {
-	m, engines, versions, err := draw(o, run)
+	m, infos, err := newRun(o, run)
 	if err != nil {
 		return nil, err
 	}
-	return m.emit(run, engines, versions), nil
+	// Every group held, with its attempts' timing, for emit.
+	groups := make([]*group, len(infos))
+	sum, err := m.play(infos, func(g *group) { groups[g.idx] = g })
+	if err != nil {
+		return nil, err
+	}
+	return m.emit(run, sum, groups), nil
 }
 
-// draw validates o and run and draws the run's plan: its tasks, groups,
-// schedule over its engines and the policy versions published; what
-// [Generate] and [NewSource] share before they emit.
-func draw(o Options, run string) (m *model, engines int, versions []int64, err error) {
+// newRun validates o and run and draws the run's tasks and its groups'
+// fates: what [Generate] and [NewSource] share before they play the
+// timeline.
+func newRun(o Options, run string) (*model, []GroupInfo, error) {
 	if err := o.Validate(); err != nil {
-		return nil, 0, nil, err
+		return nil, nil, err
 	}
 	if !events.ValidRunID(run) {
-		return nil, 0, nil, fmt.Errorf("simulate: run %q: want [A-Za-z0-9._-]{1,128}", run)
+		return nil, nil, fmt.Errorf("simulate: run %q: want [A-Za-z0-9._-]{1,128}", run)
 	}
-	m = newModel(o.withDefaults())
+	m := newModel(o.withDefaults())
 	m.drawTasks()
-	m.drawGroups()
-	engines = engineCount(m.o)
-	m.schedule(engines)
-	return m, engines, m.publish(), nil
+	return m, m.drawGroups(), nil
+}
+
+// summary is what playing a run's timeline to its end tells: the
+// generator's view of its tasks and groups (each group's batch, or
+// fully_stale, known only then), the policy versions' publication times,
+// and which engines ran an attempt.
+type summary struct {
+	engines  int
+	tasks    []TaskInfo
+	groups   []GroupInfo
+	versions []int64
+	used     []bool // by engine
+	attempts int
+}
+
+// play runs the timeline once to its end, passing every group to hold as
+// it is drawn (nil: none is kept), and sums it up; groups are drawGroups'
+// infos, completed in place.
+func (m *model) play(groups []GroupInfo, hold func(*group)) (*summary, error) {
+	sum := &summary{engines: engineCount(m.o), groups: groups}
+	sum.used = make([]bool, sum.engines)
+	dispatched := make([]bool, len(sum.groups))
+	tl := m.newTimeline(sum.engines)
+	tl.onDraw = hold
+	tl.onDispatch = func(a *attempt) { sum.used[a.engine] = true; sum.attempts++ }
+	tl.onStart = func(g *group) { dispatched[g.idx] = true }
+	tl.onJudge = func(g *group) { sum.groups[g.idx].Drop, sum.groups[g.idx].Batch = g.drop, g.batch }
+	for tl.step() {
+	}
+	if i := slices.Index(dispatched, false); i >= 0 {
+		return nil, fmt.Errorf("simulate: group %s was never dispatched", sum.groups[i].Group)
+	}
+	sum.versions = tl.versions
+	for _, t := range m.tasks {
+		sum.tasks = append(sum.tasks, TaskInfo{Task: t.id, PassProb: t.passProb, Probes: t.probes, ProbePasses: t.passes, Admitted: t.admitted})
+	}
+	return sum, nil
 }
 
 // emitter collects each producer's events with their virtual times; seq
@@ -80,8 +120,9 @@ func (em *emitter) add(stream int, vt int64, source string, f events.Fact) {
 	em.seq++
 }
 
-func (m *model) emit(run string, engines int, versions []int64) *Plan {
+func (m *model) emit(run string, sum *summary, groups []*group) *Plan {
 	const sched = 0
+	engines, versions := sum.engines, sum.versions
 	ver, tr := engines+1, engines+2
 	em := &emitter{run: run, v: m.o.FactVersion, bufs: make([][]record, engines+3)}
 	names := make([]string, engines+3)
@@ -98,10 +139,7 @@ func (m *model) emit(run string, engines int, versions []int64) *Plan {
 	for v, at := range versions {
 		em.add(tr, at, trainer, policyPublished(m.seed, v))
 	}
-	for _, g := range m.groups {
-		if !g.dispatched {
-			panic(fmt.Sprintf("simulate: group %s was never dispatched", g.id))
-		}
+	for _, g := range groups {
 		em.add(sched, g.started, scheduler, &events.GroupStarted{Group: g.id, Task: g.task.id, Size: g.size, Purpose: g.purpose})
 		if g.closed {
 			em.add(sched, g.done, scheduler, &events.GroupClosed{Group: g.id, Reason: "retries_exhausted"})
@@ -113,7 +151,7 @@ func (m *model) emit(run string, engines int, versions []int64) *Plan {
 		}
 	}
 
-	p := &Plan{Run: run, Options: m.o, Engines: engines}
+	p := &Plan{Run: run, Options: m.o, Engines: engines, Tasks: sum.tasks, Groups: sum.groups}
 	for i, buf := range em.bufs {
 		if len(buf) == 0 {
 			continue
@@ -124,15 +162,6 @@ func (m *model) emit(run string, engines int, versions []int64) *Plan {
 			evs[j] = buf[j].ev
 		}
 		p.Streams = append(p.Streams, Stream{Producer: names[i], Events: evs})
-	}
-	for _, t := range m.tasks {
-		p.Tasks = append(p.Tasks, TaskInfo{Task: t.id, PassProb: t.passProb, Probes: t.probes, ProbePasses: t.passes, Admitted: t.admitted})
-	}
-	for _, g := range m.groups {
-		p.Groups = append(p.Groups, GroupInfo{
-			Group: g.id, Task: g.task.id, Purpose: g.purpose, Size: g.size,
-			Rewarded: g.rewarded, Closed: g.closed, Drop: g.drop, Batch: g.batch,
-		})
 	}
 	return p
 }

@@ -45,6 +45,7 @@ var (
 )
 
 type task struct {
+	idx                        int
 	id, source, kind, verifier string
 	tier                       int
 	passProb                   float64 // hidden from the ledger
@@ -52,10 +53,8 @@ type task struct {
 	zeroCredit                 float64 // chance a failed attempt passes no test at all
 	promptTokens               int64   // harness prompt and task statement
 
-	probe          *group
 	probes, passes int
 	admitted       bool
-	trains         []*group // released when the probe group completes
 }
 
 type group struct {
@@ -72,14 +71,13 @@ type group struct {
 	batch    int
 
 	// Timeline.
-	released       bool
-	ready, started int64
-	done           int64 // completing fact's virtual time: last reward, or group.closed
-	lastReward     int64
-	lastFail       int64
-	openSlots      int
-	dispatched     bool
-	release        []*group // groups released when this one is first dispatched
+	started    int64
+	done       int64 // completing fact's virtual time: last reward, or group.closed
+	lastReward int64
+	lastFail   int64
+	openSlots  int
+	dispatched bool
+	releases   []int // eval groups (by idx) released when this one is first dispatched
 }
 
 type attempt struct {
@@ -104,8 +102,6 @@ type attempt struct {
 	turns    []turn
 	passProb float64 // what the attempt was drawn with, to draw it again
 	duration int64   // from attempt.started to attempt.finished or attempt.failed
-	// rank is the attempt's place in emission order (groups, slots, retries).
-	rank int
 
 	// Timeline.
 	engine int
@@ -133,20 +129,36 @@ type tool struct {
 
 // model draws content. Its methods are called in a fixed order, which is
 // what makes content a pure function of the seed and the scale options.
+//
+// Every group of the run has an index (idx): the probe groups by task, the
+// train groups, the eval groups, in the order they are drawn. drawGroups
+// draws each once for its fate and keeps only where its attempts' serials
+// start, so that a timeline can draw any group again, in full, when it is
+// dispatched, and let it go once it is done with it.
 type model struct {
 	o       Options
 	seed    uint64
 	rate    float64
-	serial  uint64
-	counts  map[string]int
 	tasks   []*task
-	groups  []*group
 	turnMul float64 // scales the turn-count medians to [MinTurns, MaxTurns]
+
+	serials  []uint64 // each group's first attempt's serial, by idx
+	admitted []*task  // train groups go round-robin over these
+	want     int      // usable train groups wanted: the steps' and a margin
+	trains   int      // train groups: idx len(tasks) to len(tasks)+trains-1
+	evals    []evalGroup
+}
+
+// evalGroup is an eval group, drawn after the train groups: its task, and
+// the group (idx) whose first dispatch releases it.
+type evalGroup struct {
+	task    *task
+	trigger int
 }
 
 func newModel(o Options) *model {
 	return &model{
-		o: o, seed: o.Seed, rate: o.failureRate(), counts: map[string]int{},
+		o: o, seed: o.Seed, rate: o.failureRate(),
 		turnMul: max(float64(o.MaxTurns-o.MinTurns), 1) / float64(DefaultMaxTurns-DefaultMinTurns),
 	}
 }
@@ -156,7 +168,7 @@ func newModel(o Options) *model {
 func (m *model) drawTasks() {
 	r := rand.New(rand.NewPCG(m.seed, saltTasks))
 	for i := range m.o.Tasks {
-		t := &task{tier: 1 + r.IntN(4), testsTotal: 5 + r.IntN(36)}
+		t := &task{idx: i, tier: 1 + r.IntN(4), testsTotal: 5 + r.IntN(36)}
 		switch src := taskSources[r.IntN(len(taskSources))]; src {
 		case "MiMo-TB":
 			t.source, t.kind, t.verifier, t.zeroCredit = src, "agentic", "tb-verifier-v2", 0.9
@@ -184,14 +196,29 @@ func (m *model) drawTasks() {
 	}
 }
 
-// drawGroups draws every group of the run: a probe group per task, train
-// groups round-robin over the admitted tasks until enough are usable, and
-// the eval groups.
-func (m *model) drawGroups() {
+// drawGroups draws every group of the run for its fate (which slots are
+// rewarded, which retried, how it is judged), without its turns: a probe
+// group per task, train groups round-robin over the admitted tasks until
+// enough are usable, and the eval groups. It returns what the generator
+// knows of each, by idx, and keeps where each group's serials start.
+func (m *model) drawGroups() []GroupInfo {
 	cfg := m.config()
+	var infos []GroupInfo
+	var serial uint64
+	draw := func(idx int) *group {
+		m.serials = append(m.serials, serial)
+		g := m.newGroup(idx, cfg, false)
+		for _, chain := range g.slots {
+			serial += uint64(len(chain))
+		}
+		infos = append(infos, GroupInfo{
+			Group: g.id, Task: g.task.id, Purpose: g.purpose, Size: g.size,
+			Rewarded: g.rewarded, Closed: g.closed, Drop: g.drop,
+		})
+		return g
+	}
 	for _, t := range m.tasks {
-		g := m.newGroup(t, events.PurposeProbe, probeSize, t.passProb, cfg)
-		t.probe = g
+		g := draw(t.idx)
 		for _, chain := range g.slots {
 			if a := chain[len(chain)-1]; !a.failed {
 				t.probes++
@@ -202,26 +229,15 @@ func (m *model) drawGroups() {
 		}
 		rate := float64(t.passes) / float64(max(t.probes, 1))
 		t.admitted = t.probes >= cfg.MinProbes && rate >= cfg.PassBand[0] && rate <= cfg.PassBand[1]
-	}
-	var admitted []*task
-	for _, t := range m.tasks {
 		if t.admitted {
-			admitted = append(admitted, t)
+			m.admitted = append(m.admitted, t)
 		}
 	}
 	target := m.o.Steps * m.o.BatchGroups
-	want := target + max(1, (target+19)/20)
-	var trains []*group
-	for i, usable := 0, 0; len(admitted) > 0 && usable < want && i < 4*want+16; i++ {
-		t := admitted[i%len(admitted)]
-		// The policy learns: by the last step a train attempt closes
-		// learnGain of the gap between the task's pass chance and 1.
-		progress := min(float64(i)/float64(want), 1)
-		p := t.passProb + (1-t.passProb)*learnGain*progress
-		g := m.newGroup(t, events.PurposeTrain, m.o.GroupSize, p, cfg)
-		t.trains = append(t.trains, g)
-		trains = append(trains, g)
-		if g.drop == "" {
+	m.want = target + max(1, (target+19)/20)
+	for i, usable := 0, 0; len(m.admitted) > 0 && usable < m.want && i < 4*m.want+16; i++ {
+		m.trains++
+		if draw(len(m.tasks)+i).drop == "" {
 			usable++
 		}
 	}
@@ -230,14 +246,14 @@ func (m *model) drawGroups() {
 	r := rand.New(rand.NewPCG(m.seed, saltEval))
 	for e := 1; e <= evalGroups && len(m.tasks) > 0; e++ {
 		t := m.tasks[r.IntN(len(m.tasks))]
-		g := m.newGroup(t, events.PurposeEval, m.o.GroupSize, t.passProb, cfg)
-		if len(trains) == 0 {
-			g.task.probe.release = append(g.task.probe.release, g)
-			continue
+		trigger := t.idx // its task's probe group, if there are no train groups
+		if m.trains > 0 {
+			trigger = len(m.tasks) + min(e*m.trains/(evalGroups+1), m.trains-1)
 		}
-		trigger := trains[min(e*len(trains)/(evalGroups+1), len(trains)-1)]
-		trigger.release = append(trigger.release, g)
+		m.evals = append(m.evals, evalGroup{task: t, trigger: trigger})
+		draw(len(m.tasks) + m.trains + e - 1)
 	}
+	return infos
 }
 
 func (m *model) config() events.Config {
@@ -252,24 +268,44 @@ func (m *model) config() events.Config {
 	return c
 }
 
-// newGroup draws a group's slots, each an attempt followed by its retries
-// while infrastructure keeps failing, and judges the group as the
-// projector's rules 1–3 will.
-func (m *model) newGroup(t *task, purpose string, size int, passProb float64, cfg events.Config) *group {
-	m.counts[purpose]++
-	g := &group{id: fmt.Sprintf("%s-%04d", purpose, m.counts[purpose]), idx: len(m.groups), task: t, purpose: purpose, size: size}
-	m.groups = append(m.groups, g)
+// newGroup draws group idx's slots, each an attempt followed by its
+// retries while infrastructure keeps failing, and judges the group as the
+// projector's rules 1–3 will. With full, the attempts' turns are drawn (and
+// dropped) for their durations, which the timeline needs; without, only
+// their fates are.
+func (m *model) newGroup(idx int, cfg events.Config, full bool) *group {
+	var t *task
+	var purpose string
+	var n, size int
+	var passProb float64
+	switch i := idx - len(m.tasks); {
+	case i < 0:
+		t, purpose, n, size = m.tasks[idx], events.PurposeProbe, idx+1, probeSize
+		passProb = t.passProb
+	case i < m.trains:
+		// The policy learns: by the last step a train attempt closes
+		// learnGain of the gap between the task's pass chance and 1.
+		t, purpose, n, size = m.admitted[i%len(m.admitted)], events.PurposeTrain, i+1, m.o.GroupSize
+		progress := min(float64(i)/float64(m.want), 1)
+		passProb = t.passProb + (1-t.passProb)*learnGain*progress
+	default:
+		e := i - m.trains
+		t, purpose, n, size = m.evals[e].task, events.PurposeEval, e+1, m.o.GroupSize
+		passProb = t.passProb
+	}
+	g := &group{id: fmt.Sprintf("%s-%04d", purpose, n), idx: idx, task: t, purpose: purpose, size: size}
+	serial := m.serials[idx]
 	var scores []float64
 	for s := range size {
 		var chain []*attempt
 		for try := 0; try <= maxRetries; try++ {
-			a := &attempt{group: g, slot: s, serial: m.serial, id: fmt.Sprintf("%s/a%d", g.id, s)}
-			m.serial++
+			a := &attempt{group: g, slot: s, serial: serial, id: fmt.Sprintf("%s/a%d", g.id, s)}
+			serial++
 			if try > 0 {
 				a.id = fmt.Sprintf("%s/a%d-r%d", g.id, s, try)
 				a.retryOf = chain[try-1].id
 			}
-			m.drawAttempt(a, t, passProb)
+			m.drawAttempt(a, t, passProb, full)
 			a.passProb, a.turns = passProb, nil
 			chain = append(chain, a)
 			if !a.failed {

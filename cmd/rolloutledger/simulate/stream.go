@@ -15,11 +15,12 @@ import (
 
 // Source is a run generated a piece at a time: the events of [Plan.All],
 // in that order and with the same content, without holding them. It keeps
-// the run's shape (tasks, groups, each attempt's timing: tens of bytes an
-// attempt) and, at any moment, the events of the attempts in flight; an
-// attempt's turns are drawn again from its own stream when it starts. So a
-// run of any length fits in memory: what it holds grows with the attempts,
-// not with their events or tokens.
+// the run's tasks and a few words a group (where its attempts' serials
+// start, and its [GroupInfo]); [Source.Events] plays the run's timeline
+// again as it goes, drawing each group when it is dispatched and letting it
+// go once its events are read. So a run of any length fits in memory: what
+// it holds at any moment grows with the attempts in flight, not with the
+// run's length, its events or its tokens.
 type Source struct {
 	// Run, Options, Engines, Tasks and Groups are as in [Plan].
 	Run     string
@@ -28,48 +29,39 @@ type Source struct {
 	Tasks   []TaskInfo
 	Groups  []GroupInfo
 
-	m        *model
-	versions []int64
-	names    []string
-	streams  int // producers with at least one event
+	m       *model
+	names   []string
+	streams int // producers with at least one event
 }
 
 // NewSource generates the run o describes, as [Generate] does, for reading in
-// order with [Source.Events].
+// order with [Source.Events]. It plays the run's timeline once, keeping
+// none of it, for what it must tell before the events: each group's
+// expected fate and batch, and how many producers have events.
 func NewSource(o Options, run string) (*Source, error) {
-	m, engines, versions, err := draw(o, run)
+	m, infos, err := newRun(o, run)
 	if err != nil {
 		return nil, err
 	}
-	s := &Source{Run: run, Options: m.o, Engines: engines, m: m, versions: versions}
+	sum, err := m.play(infos, nil)
+	if err != nil {
+		return nil, err
+	}
+	engines := sum.engines
+	s := &Source{Run: run, Options: m.o, Engines: engines, Tasks: sum.tasks, Groups: sum.groups, m: m}
 	s.names = make([]string, engines+3)
 	s.names[0], s.names[engines+1], s.names[engines+2] = scheduler, verifier, trainer
 	for i := range engines {
 		s.names[1+i] = fmt.Sprintf("engine-%02d", i)
 	}
-	used := map[int]bool{}
-	rank := 0
-	for _, g := range m.groups {
-		if !g.dispatched {
-			return nil, fmt.Errorf("simulate: group %s was never dispatched", g.id)
+	s.streams = 1 // the scheduler
+	for _, used := range sum.used {
+		if used {
+			s.streams++ // an engine that ran something
 		}
-		for _, chain := range g.slots {
-			for _, a := range chain {
-				a.rank = rank
-				rank++
-				used[a.engine] = true
-			}
-		}
-		s.Groups = append(s.Groups, GroupInfo{
-			Group: g.id, Task: g.task.id, Purpose: g.purpose, Size: g.size,
-			Rewarded: g.rewarded, Closed: g.closed, Drop: g.drop, Batch: g.batch,
-		})
 	}
-	for _, t := range m.tasks {
-		s.Tasks = append(s.Tasks, TaskInfo{Task: t.id, PassProb: t.passProb, Probes: t.probes, ProbePasses: t.passes, Admitted: t.admitted})
-	}
-	s.streams = 1 + len(used) + 1 // the scheduler, the engines that ran something, the trainer
-	if rank > 0 {
+	s.streams++ // the trainer
+	if sum.attempts > 0 {
 		s.streams++ // the verifier
 	}
 	return s, nil
@@ -112,66 +104,80 @@ func (h *pendingHeap) Pop() any {
 
 // Events yields the run's events in [Plan.All]'s order. Each call
 // generates them again; the ids are new each time.
+//
+// It plays the run's timeline just far enough: an event is yielded once
+// nothing still to be dispatched can come before it, and an attempt's
+// events are generated once the trainer is past the attempt's end, so that
+// the policy versions of its turns are known. So the timeline runs ahead
+// of the events by about the longest attempt, and holds what it dispatched
+// in that span.
 func (s *Source) Events() iter.Seq[events.Event] {
 	return func(yield func(events.Event) bool) {
 		m := s.m
 		engines := s.Engines
 		sched, ver, tr := 0, engines+1, engines+2
-		// The scheduler's opening and the trainer's versions, rank 0.
-		em := &emitter{run: s.Run, v: m.o.FactVersion, bufs: make([][]record, engines+3)}
+		h := &pendingHeap{}
+		open := func(em *emitter, rank int) {
+			if p := collect(em, rank); len(p) > 0 {
+				heap.Push(h, &p)
+			}
+		}
+		newEmitter := func(seq int) *emitter {
+			return &emitter{run: s.Run, v: m.o.FactVersion, bufs: make([][]record, engines+3), seq: seq}
+		}
+		// The scheduler's opening and the initial policy, rank 0.
+		em := newEmitter(0)
 		cfg := m.config()
 		em.add(sched, 0, scheduler, m.runStarted(cfg, engines))
 		for _, t := range m.tasks {
 			em.add(sched, 0, scheduler, m.taskRegistered(t))
 		}
-		for v, at := range s.versions {
-			em.add(tr, at, trainer, policyPublished(m.seed, v))
+		em.add(tr, 0, trainer, policyPublished(m.seed, 0))
+		open(em, 0)
+
+		// Groups' own facts (rank 1+idx) as their times become known, the
+		// later versions (rank 0, after the opening), and the attempts
+		// (rank serial: groups, slots, retries) in the order they start.
+		tl := m.newTimeline(engines)
+		var started []*attempt
+		tl.onDispatch = func(a *attempt) { started = append(started, a) }
+		tl.onStart = func(g *group) {
+			em := newEmitter(0)
+			em.add(sched, g.started, scheduler, &events.GroupStarted{Group: g.id, Task: g.task.id, Size: g.size, Purpose: g.purpose})
+			open(em, 1+g.idx)
 		}
-		h := &pendingHeap{}
-		head := collect(em, 0)
-		if len(head) > 0 {
-			heap.Push(h, &head)
-		}
-		// Groups' own facts, and attempts, each in the order they start.
-		type start struct {
-			vt   int64
-			rank int
-			g    *group
-			a    *attempt
-		}
-		var starts []start
-		for _, g := range m.groups {
-			starts = append(starts, start{vt: g.started, rank: 1 + g.idx, g: g})
-			for _, chain := range g.slots {
-				for _, a := range chain {
-					starts = append(starts, start{vt: a.start, rank: a.rank, a: a})
-				}
+		tl.onDone = func(g *group) {
+			if g.closed {
+				em := newEmitter(1)
+				em.add(sched, g.done, scheduler, &events.GroupClosed{Group: g.id, Reason: "retries_exhausted"})
+				open(em, 1+g.idx)
 			}
 		}
-		slices.SortStableFunc(starts, func(x, y start) int { return cmp.Compare(x.vt, y.vt) })
-		next := 0
+		tl.onPublish = func(v int) {
+			em := newEmitter(1 + len(m.tasks) + v)
+			em.add(tr, tl.versions[v], trainer, policyPublished(m.seed, v))
+			open(em, 0)
+		}
 		for {
-			// Everything that starts at or before the earliest pending
-			// event may come before it: open it first.
-			for next < len(starts) && (h.Len() == 0 || starts[next].vt <= (*(*h)[0])[0].vt) {
-				st := starts[next]
-				next++
-				em := &emitter{run: s.Run, v: m.o.FactVersion, bufs: make([][]record, engines+3)}
-				rank := st.rank
-				if st.g != nil {
-					g := st.g
-					em.add(sched, g.started, scheduler, &events.GroupStarted{Group: g.id, Task: g.task.id, Size: g.size, Purpose: g.purpose})
-					if g.closed {
-						em.add(sched, g.done, scheduler, &events.GroupClosed{Group: g.id, Reason: "retries_exhausted"})
-					}
-				} else {
-					a := st.a
-					m.emitAttempt(em, a, 1+a.engine, s.names[1+a.engine], ver, s.versions)
+			for {
+				switch {
+				case len(started) > 0 && (h.Len() == 0 || started[0].start <= (*(*h)[0])[0].vt):
+					// It may come before the earliest pending event: open it.
+					a := started[0]
+					started[0], started = nil, started[1:]
+					tl.until(a.start + a.duration)
+					em := newEmitter(0)
+					m.emitAttempt(em, a, 1+a.engine, s.names[1+a.engine], ver, tl.versions)
+					open(em, int(a.serial))
+					continue
+				case h.Len() > 0 && tl.now() <= (*(*h)[0])[0].vt:
+					// Something still to be dispatched may come before it.
+					tl.step()
+					continue
+				case h.Len() == 0 && len(started) == 0 && tl.step():
+					continue
 				}
-				p := collect(em, rank)
-				if len(p) > 0 {
-					heap.Push(h, &p)
-				}
+				break
 			}
 			if h.Len() == 0 {
 				return

@@ -1,7 +1,6 @@
 package simulate
 
 import (
-	"cmp"
 	"container/heap"
 	"math"
 	"slices"
@@ -17,6 +16,12 @@ import (
 // once batch k is complete and trained, exactly as an asynchronous trainer
 // would, so each turn's policy version is read off the timeline and no turn
 // can be newer than the batch that trains it (no negative staleness).
+//
+// The timeline unfolds as virtual time advances, a dispatch at a time
+// ([timeline.step]): a group is drawn in full when its first attempt is
+// dispatched, and nothing of it is kept once the timeline and whoever
+// hooked onto it are done with it. What it holds grows with the attempts
+// in flight, not with the run.
 
 const (
 	probeReleaseMS  = 2000  // after registration, the probe groups go out
@@ -74,154 +79,286 @@ func (h *jobHeap) Pop() any {
 	return x
 }
 
+// release is groups released together, whose first attempts are queued at
+// once (in order, all ready at the same time) as the scheduler's fresh
+// jobs: the groups next, next+stride, ... below end, drawn one at a time
+// as their turn comes. Jobs of one release are consecutive in the queue's
+// (ready, seq) order, so the release stands for them all.
+type release struct {
+	ready             int64
+	seq               int
+	g                 *group // the group being dispatched
+	slot              int    // g's next slot
+	next, stride, end int
+}
+
+type releaseHeap []*release
+
+func (h releaseHeap) Len() int { return len(h) }
+func (h releaseHeap) Less(i, j int) bool {
+	return h[i].ready < h[j].ready || h[i].ready == h[j].ready && h[i].seq < h[j].seq
+}
+func (h releaseHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *releaseHeap) Push(x any)   { *h = append(*h, x.(*release)) }
+func (h *releaseHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return x
+}
+
+// doneHeap orders complete groups as the trainer takes them: by the time
+// they completed, then as they were drawn.
+type doneHeap []*group
+
+func (h doneHeap) Len() int { return len(h) }
+func (h doneHeap) Less(i, j int) bool {
+	return h[i].done < h[j].done || h[i].done == h[j].done && h[i].idx < h[j].idx
+}
+func (h doneHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *doneHeap) Push(x any)   { *h = append(*h, x.(*group)) }
+func (h *doneHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return x
+}
+
 // timeline dispatches jobs: a ready retry first, since a whole group waits
-// for it, then fresh attempts in the order their groups became ready.
+// for it, then fresh attempts in the order their groups became ready. It
+// plays the trainer as it goes (see [timeline.train]).
 type timeline struct {
-	engines        engineHeap
-	fresh, retries jobHeap
-	seq            int
+	m       *model
+	cfg     events.Config
+	engines engineHeap
+	fresh   releaseHeap
+	retries jobHeap
+	seq     int
+
+	// The trainer: usable train groups complete but not yet taken, the
+	// publication times so far (versions[0] = 0 is the initial policy),
+	// and the batch being filled.
+	complete  doneHeap
+	versions  []int64
+	k, filled int
+
+	// Hooks, each optional, called as the timeline unfolds.
+	onDraw     func(g *group)   // g drawn, about to be dispatched
+	onDispatch func(a *attempt) // a given its engine and start, in order of start
+	onStart    func(g *group)   // g's first attempt dispatched: started known
+	onDone     func(g *group)   // g's last slot dispatched: done known
+	onJudge    func(g *group)   // usable train group g batched, or found fully stale
+	onPublish  func(v int)      // version v's publication time known
 }
 
-// next is the queue whose head an engine free at now should take, or nil
-// if no job is ready yet.
-func (tl *timeline) next(now int64) *jobHeap {
-	for _, q := range []*jobHeap{&tl.retries, &tl.fresh} {
-		if q.Len() > 0 && (*q)[0].ready <= now {
-			return q
-		}
-	}
-	return nil
-}
-
-func (tl *timeline) earliest() int64 {
-	t := int64(math.MaxInt64)
-	for _, q := range []*jobHeap{&tl.retries, &tl.fresh} {
-		if q.Len() > 0 {
-			t = min(t, (*q)[0].ready)
-		}
-	}
-	return t
-}
-
-// schedule gives every attempt an engine and a start time, and every group
-// its dispatch and completion times.
-func (m *model) schedule(nEngines int) {
-	tl := &timeline{}
+func (m *model) newTimeline(nEngines int) *timeline {
+	tl := &timeline{m: m, cfg: m.config(), versions: []int64{0}, k: 1}
 	for i := range nEngines {
 		tl.engines = append(tl.engines, engineSlot{idx: i})
 	}
 	heap.Init(&tl.engines)
-	for _, t := range m.tasks {
-		tl.release(t.probe, probeReleaseMS)
+	if len(m.tasks) > 0 {
+		tl.release(probeReleaseMS, 0, 1, len(m.tasks))
 	}
-	for tl.fresh.Len()+tl.retries.Len() > 0 {
-		e := heap.Pop(&tl.engines).(engineSlot)
-		q := tl.next(e.free)
-		if q == nil {
-			// Idle until the earliest job is ready; engines that free up
-			// earlier may still queue an earlier one.
-			e.free = tl.earliest()
-			heap.Push(&tl.engines, e)
-			continue
-		}
-		j := heap.Pop(q).(job)
-		a, g := j.a, j.a.group
-		a.engine, a.start = e.idx, e.free
-		end := a.start + a.duration
-		e.free = end + engineGapMS
+	return tl
+}
+
+// now is a time no attempt is dispatched before any more: the earliest an
+// engine is free, or never once every attempt is dispatched. Groups not
+// complete yet complete after it.
+func (tl *timeline) now() int64 {
+	if tl.fresh.Len()+tl.retries.Len() == 0 {
+		return math.MaxInt64
+	}
+	return tl.engines[0].free
+}
+
+// until steps the timeline past t.
+func (tl *timeline) until(t int64) {
+	for tl.now() <= t && tl.step() {
+	}
+}
+
+// next is the queue whose head an engine free at now should take: 0 for
+// none ready yet, 1 for the retries, 2 for the fresh jobs.
+func (tl *timeline) next(now int64) int {
+	switch {
+	case tl.retries.Len() > 0 && tl.retries[0].ready <= now:
+		return 1
+	case tl.fresh.Len() > 0 && tl.fresh[0].ready <= now:
+		return 2
+	}
+	return 0
+}
+
+func (tl *timeline) earliest() int64 {
+	t := int64(math.MaxInt64)
+	if tl.retries.Len() > 0 {
+		t = min(t, tl.retries[0].ready)
+	}
+	if tl.fresh.Len() > 0 {
+		t = min(t, tl.fresh[0].ready)
+	}
+	return t
+}
+
+// step dispatches the next attempt, or lets the earliest free engine idle
+// until a job is ready; false once every attempt is dispatched.
+func (tl *timeline) step() bool {
+	if tl.fresh.Len()+tl.retries.Len() == 0 {
+		return false
+	}
+	defer tl.train()
+	e := heap.Pop(&tl.engines).(engineSlot)
+	var a *attempt
+	switch tl.next(e.free) {
+	case 0:
+		// Idle until the earliest job is ready; engines that free up
+		// earlier may still queue an earlier one.
+		e.free = tl.earliest()
 		heap.Push(&tl.engines, e)
-		if !g.dispatched {
-			g.dispatched, g.started = true, a.start
-			for _, r := range g.release {
-				tl.release(r, a.start)
-			}
+		return true
+	case 1:
+		a = heap.Pop(&tl.retries).(job).a
+	default:
+		a = tl.take()
+	}
+	g := a.group
+	a.engine, a.start = e.idx, e.free
+	end := a.start + a.duration
+	e.free = end + engineGapMS
+	heap.Push(&tl.engines, e)
+	if tl.onDispatch != nil {
+		tl.onDispatch(a)
+	}
+	if !g.dispatched {
+		g.dispatched, g.started = true, a.start
+		if tl.onStart != nil {
+			tl.onStart(g)
 		}
-		chain := g.slots[a.slot]
-		if a.failed && a != chain[len(chain)-1] {
-			next := slices.Index(chain, a) + 1
-			tl.push(&tl.retries, chain[next], end+retryDelayMS)
-			continue
-		}
-		// The slot's final attempt: rewarded, or its retries exhausted.
-		if a.failed {
-			g.lastFail = max(g.lastFail, end)
-		} else {
-			g.lastReward = max(g.lastReward, end+a.verifyMS)
-		}
-		if g.openSlots--; g.openSlots > 0 {
-			continue
-		}
-		g.done = g.lastReward
-		if g.closed {
-			// The scheduler gives up after the other slots were rewarded.
-			g.done = max(g.lastFail+closeDelayMS, g.lastReward+1000)
-		}
-		if g.purpose == events.PurposeProbe {
-			for _, tg := range g.task.trains {
-				tl.release(tg, g.done+admissionMS)
-			}
+		for _, idx := range g.releases {
+			tl.release(a.start, idx, 1, idx+1)
 		}
 	}
+	chain := g.slots[a.slot]
+	if a.failed && a != chain[len(chain)-1] {
+		next := slices.Index(chain, a) + 1
+		heap.Push(&tl.retries, job{a: chain[next], ready: end + retryDelayMS, seq: tl.seq})
+		tl.seq++
+		return true
+	}
+	// The slot's final attempt: rewarded, or its retries exhausted.
+	if a.failed {
+		g.lastFail = max(g.lastFail, end)
+	} else {
+		g.lastReward = max(g.lastReward, end+a.verifyMS)
+	}
+	if g.openSlots--; g.openSlots > 0 {
+		return true
+	}
+	g.done = g.lastReward
+	if g.closed {
+		// The scheduler gives up after the other slots were rewarded.
+		g.done = max(g.lastFail+closeDelayMS, g.lastReward+1000)
+	}
+	if tl.onDone != nil {
+		tl.onDone(g)
+	}
+	switch {
+	case g.purpose == events.PurposeTrain && g.drop == "":
+		heap.Push(&tl.complete, g)
+	case g.purpose == events.PurposeProbe && g.task.admitted:
+		// The task's train groups: every len(admitted)-th from its place.
+		m := tl.m
+		if i := slices.Index(m.admitted, g.task); i < m.trains {
+			tl.release(g.done+admissionMS, len(m.tasks)+i, len(m.admitted), len(m.tasks)+m.trains)
+		}
+	}
+	return true
 }
 
-func (tl *timeline) release(g *group, at int64) {
-	if g.released {
-		return
-	}
-	g.released, g.ready, g.openSlots = true, at, len(g.slots)
-	for _, chain := range g.slots {
-		tl.push(&tl.fresh, chain[0], at)
-	}
-}
-
-func (tl *timeline) push(q *jobHeap, a *attempt, ready int64) {
-	heap.Push(q, job{a: a, ready: ready, seq: tl.seq})
+// release queues the groups next, next+stride, ... below end, ready at at.
+func (tl *timeline) release(at int64, next, stride, end int) {
+	heap.Push(&tl.fresh, &release{ready: at, seq: tl.seq, next: next, stride: stride, end: end})
 	tl.seq++
 }
 
-// publish plays the trainer: usable train groups fill batches in the order
-// they complete (rule 7), a group none of whose turns would train is
-// skipped as fully stale, and version k is published a training step after
-// batch k is complete (or after version k-1, if the trainer is behind). It
-// returns the publication times; versions[0] = 0 is the initial policy.
-func (m *model) publish() []int64 {
-	cfg := m.config()
-	var usable []*group
-	for _, g := range m.groups {
-		if g.purpose == events.PurposeTrain && g.drop == "" {
-			usable = append(usable, g)
+// take is the next fresh job's attempt: the first of its group's next
+// slot, the group drawn when it comes up.
+func (tl *timeline) take() *attempt {
+	r := tl.fresh[0]
+	if r.g == nil || r.slot == len(r.g.slots) {
+		r.g, r.slot = tl.draw(r.next), 0
+		r.next += r.stride
+	}
+	a := r.g.slots[r.slot][0]
+	if r.slot++; r.slot == len(r.g.slots) && r.next >= r.end {
+		heap.Pop(&tl.fresh)
+	}
+	return a
+}
+
+// draw draws group idx in full as it is released to the engines.
+func (tl *timeline) draw(idx int) *group {
+	g := tl.m.newGroup(idx, tl.cfg, true)
+	g.openSlots = len(g.slots)
+	for e, ev := range tl.m.evals {
+		if ev.trigger == idx {
+			g.releases = append(g.releases, len(tl.m.tasks)+tl.m.trains+e)
 		}
 	}
-	slices.SortStableFunc(usable, func(a, b *group) int {
-		return cmp.Or(cmp.Compare(a.done, b.done), cmp.Compare(a.idx, b.idx))
-	})
-	versions := []int64{0}
-	k, filled := 1, 0
-	for _, g := range usable {
+	if tl.onDraw != nil {
+		tl.onDraw(g)
+	}
+	return g
+}
+
+// train plays the trainer up to now: usable train groups fill batches in
+// the order they complete (rule 7), a group none of whose turns would
+// train is skipped as fully stale, and version k is published a training
+// step after batch k is complete (or after version k-1, if the trainer is
+// behind). A group is taken once no other can complete before it: when it
+// completed at or before now.
+func (tl *timeline) train() {
+	for tl.complete.Len() > 0 && tl.complete[0].done <= tl.now() {
+		g := heap.Pop(&tl.complete).(*group)
 		// Every turn of g precedes g.done, so versions published later
 		// cannot apply to it: the times known so far suffice.
-		trains := false
-		for _, chain := range g.slots {
-			a := chain[len(chain)-1]
-			turns := m.turnsOf(a)
-			for i := range turns {
-				// The turn's newest segment is its least stale.
-				segs := m.turnSegments(versions, a.start+turns[i].start, &turns[i])
-				s := int64(k-1) - segs[len(segs)-1].PolicyVersion
-				trains = trains || s >= 0 && s <= int64(cfg.MaxStaleness)
+		if !tl.trains(g) {
+			g.drop = "fully_stale"
+		} else {
+			g.batch = tl.k
+			if tl.filled++; tl.filled == tl.m.o.BatchGroups {
+				tl.versions = append(tl.versions, max(g.done, tl.versions[tl.k-1])+trainStepMS)
+				tl.k, tl.filled = tl.k+1, 0
+				if tl.onPublish != nil {
+					tl.onPublish(len(tl.versions) - 1)
+				}
 			}
 		}
-		if !trains {
-			g.drop = "fully_stale"
-			continue
-		}
-		g.batch = k
-		if filled++; filled == m.o.BatchGroups {
-			versions = append(versions, max(g.done, versions[k-1])+trainStepMS)
-			k, filled = k+1, 0
+		if tl.onJudge != nil {
+			tl.onJudge(g)
 		}
 	}
-	return versions
+}
+
+// trains says whether some turn of g's rewarded or final attempts would
+// train in batch k, given the versions published so far.
+func (tl *timeline) trains(g *group) bool {
+	for _, chain := range g.slots {
+		a := chain[len(chain)-1]
+		turns := tl.m.turnsOf(a)
+		for i := range turns {
+			// The turn's newest segment is its least stale.
+			segs := tl.m.turnSegments(tl.versions, a.start+turns[i].start, &turns[i])
+			if s := int64(tl.k-1) - segs[len(segs)-1].PolicyVersion; s >= 0 && s <= int64(tl.cfg.MaxStaleness) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // versionAt is the latest version published at or before t.
@@ -234,7 +371,7 @@ func versionAt(versions []int64, t int64) int64 {
 // generated after it (an in-flight weight update), the tokens spread evenly
 // over the turn's latency. A version 1 run's turns report the version they
 // started with. Versions published later than those known so far cannot
-// apply: publish calls this only for turns that ended before them.
+// apply: the trainer calls this only for turns that ended before them.
 func (m *model) turnSegments(versions []int64, at int64, tr *turn) []events.VersionSegment {
 	segs := events.SingleVersion(versionAt(versions, at))
 	if m.o.FactVersion == 1 {
