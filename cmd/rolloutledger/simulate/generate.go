@@ -96,10 +96,11 @@ func (m *model) play(groups []GroupInfo, hold func(*group)) (*summary, error) {
 // emitter collects each producer's events with their virtual times; seq
 // keeps emission order among events of one stream at the same instant.
 type emitter struct {
-	run  string
-	v    int // catalogue version of every fact; 0: the newest
-	bufs [][]record
-	seq  int
+	run     string
+	v       int // catalogue version of every fact; 0: the newest
+	bufs    [][]record
+	seq     int
+	touched []int // streams with records, for collect
 }
 
 type record struct {
@@ -115,6 +116,9 @@ func (em *emitter) add(stream int, vt int64, source string, f events.Fact) {
 	ev.V = min(ev.V, 2)
 	if em.v != 0 {
 		ev.V = em.v
+	}
+	if len(em.bufs[stream]) == 0 {
+		em.touched = append(em.touched, stream)
 	}
 	em.bufs[stream] = append(em.bufs[stream], record{vt: vt, seq: em.seq, ev: ev})
 	em.seq++
@@ -169,67 +173,108 @@ func (m *model) emit(run string, sum *summary, groups []*group) *Plan {
 // emitAttempt writes one attempt's facts to its engine's stream and its
 // reward to the verifier's.
 func (m *model) emitAttempt(em *emitter, a *attempt, stream int, engine string, ver int, versions []int64) {
+	f := m.startAttempt(em, a, stream, engine, ver)
+	for f.next(em, versions) {
+	}
+}
+
+// attemptFacts is an attempt whose facts are written a turn at a time:
+// the turns drawn again, the streams its tokens and text are drawn from,
+// and the next turn.
+type attemptFacts struct {
+	m           *model
+	a           *attempt
+	stream, ver int
+	engine      string
+	turns       []turn
+	tok, txt    *rand.Rand
+	i           int // the next turn; len(turns): the end
+	seq         int // facts written so far, for a [Source]'s order
+}
+
+// startAttempt writes attempt.started and returns the rest of a's facts.
+func (m *model) startAttempt(em *emitter, a *attempt, stream int, engine string, ver int) *attemptFacts {
 	em.add(stream, a.start, engine, &events.AttemptStarted{
 		Attempt: a.id, Group: a.group.id, Task: a.group.task.id, Engine: engine, VM: a.vm, ForkMS: a.forkMS, RetryOf: a.retryOf,
 	})
-	var tok, txt *rand.Rand
+	f := &attemptFacts{m: m, a: a, stream: stream, ver: ver, engine: engine, turns: m.turnsOf(a)}
 	if m.o.Tokens {
-		tok = rand.New(rand.NewPCG(m.seed^saltTokens, a.serial))
+		f.tok = rand.New(rand.NewPCG(m.seed^saltTokens, a.serial))
 	}
 	if m.o.Text {
-		txt = m.textStream(a)
+		f.txt = m.textStream(a)
 	}
-	turns := m.turnsOf(a)
-	for i := range turns {
-		tr := &turns[i]
-		at := a.start + tr.start
-		te := &events.TurnGenerated{
-			Attempt: a.id, Turn: i, VersionSegments: m.turnSegments(versions, at, tr),
-			PromptTokens: tr.prompt, CompletionTokens: tr.completion, CachedTokens: tr.cached,
-			Finish: tr.finish, LatencyMS: tr.latency,
+	return f
+}
+
+// turnEnds is when the next turn ends, if one is next: next needs the
+// versions published by then.
+func (f *attemptFacts) turnEnds() (int64, bool) {
+	if f.i == len(f.turns) {
+		return 0, false
+	}
+	return f.a.start + f.turns[f.i].start + f.turns[f.i].latency, true
+}
+
+// next writes the next turn's facts, or the attempt's last ones, and says
+// whether any remain. versions must hold every version published by the
+// time the turn ends (turnEnds).
+func (f *attemptFacts) next(em *emitter, versions []int64) bool {
+	m, a, stream, engine := f.m, f.a, f.stream, f.engine
+	if f.i == len(f.turns) {
+		end := a.start + a.duration
+		if a.failed {
+			em.add(stream, end, engine, &events.AttemptFailed{Attempt: a.id, Reason: a.reason})
+			return false
 		}
-		if tok != nil {
-			te.ObservationTokenIDs = tokenIDs(tok, tr.obs)
-			te.TokenIDs = tokenIDs(tok, tr.completion)
-			te.Logprobs = logprobs(tok, tr.completion)
-		}
-		calls := make([]*events.ToolCalled, len(tr.tools))
-		for c := range tr.tools {
-			tl := &tr.tools[c]
-			calls[c] = &events.ToolCalled{
-				Attempt: a.id, Turn: i, Call: c, Tool: tl.name, ExitCode: tl.exit, DurationMS: tl.durationMS,
-				OutputBytes: tl.outputBytes, ToFile: tl.toFile, Background: tl.background, TimedOut: tl.timedOut,
-			}
-		}
-		if txt != nil {
-			rendered := make([]string, len(calls))
-			for c, tc := range calls {
-				tc.Input, tc.Output, tc.OutputCut = toolText(txt, &tr.tools[c])
-				tc.Input, tc.InputCut = bounded(tc.Input)
-				rendered[c] = tc.Tool + ": " + tc.Input
-			}
-			te.Text, te.TextCut = completionText(txt, tr.completion, rendered)
-		}
-		at += tr.latency
-		em.add(stream, at, engine, te)
-		for c, tl := range tr.tools {
-			at += tl.durationMS
-			em.add(stream, at, engine, calls[c])
-		}
-		if tr.compactBefore > 0 {
-			at += tr.compactMS
-			em.add(stream, at, engine, &events.ContextCompacted{Attempt: a.id, Turn: i, TokensBefore: tr.compactBefore, TokensAfter: tr.compactTo})
+		em.add(stream, end, engine, &events.AttemptFinished{Attempt: a.id, Outcome: a.outcome})
+		em.add(f.ver, end+a.verifyMS, verifier, &events.RewardComputed{
+			Attempt: a.id, Passed: a.passed, TestsPassed: a.testsPassed, TestsTotal: a.group.task.testsTotal, Verifier: a.group.task.verifier,
+		})
+		return false
+	}
+	i := f.i
+	f.i++
+	tr := &f.turns[i]
+	at := a.start + tr.start
+	te := &events.TurnGenerated{
+		Attempt: a.id, Turn: i, VersionSegments: m.turnSegments(versions, at, tr),
+		PromptTokens: tr.prompt, CompletionTokens: tr.completion, CachedTokens: tr.cached,
+		Finish: tr.finish, LatencyMS: tr.latency,
+	}
+	if f.tok != nil {
+		te.ObservationTokenIDs = tokenIDs(f.tok, tr.obs)
+		te.TokenIDs = tokenIDs(f.tok, tr.completion)
+		te.Logprobs = logprobs(f.tok, tr.completion)
+	}
+	calls := make([]*events.ToolCalled, len(tr.tools))
+	for c := range tr.tools {
+		tl := &tr.tools[c]
+		calls[c] = &events.ToolCalled{
+			Attempt: a.id, Turn: i, Call: c, Tool: tl.name, ExitCode: tl.exit, DurationMS: tl.durationMS,
+			OutputBytes: tl.outputBytes, ToFile: tl.toFile, Background: tl.background, TimedOut: tl.timedOut,
 		}
 	}
-	end := a.start + a.duration
-	if a.failed {
-		em.add(stream, end, engine, &events.AttemptFailed{Attempt: a.id, Reason: a.reason})
-		return
+	if f.txt != nil {
+		rendered := make([]string, len(calls))
+		for c, tc := range calls {
+			tc.Input, tc.Output, tc.OutputCut = toolText(f.txt, &tr.tools[c])
+			tc.Input, tc.InputCut = bounded(tc.Input)
+			rendered[c] = tc.Tool + ": " + tc.Input
+		}
+		te.Text, te.TextCut = completionText(f.txt, tr.completion, rendered)
 	}
-	em.add(stream, end, engine, &events.AttemptFinished{Attempt: a.id, Outcome: a.outcome})
-	em.add(ver, end+a.verifyMS, verifier, &events.RewardComputed{
-		Attempt: a.id, Passed: a.passed, TestsPassed: a.testsPassed, TestsTotal: a.group.task.testsTotal, Verifier: a.group.task.verifier,
-	})
+	at += tr.latency
+	em.add(stream, at, engine, te)
+	for c, tl := range tr.tools {
+		at += tl.durationMS
+		em.add(stream, at, engine, calls[c])
+	}
+	if tr.compactBefore > 0 {
+		at += tr.compactMS
+		em.add(stream, at, engine, &events.ContextCompacted{Attempt: a.id, Turn: i, TokensBefore: tr.compactBefore, TokensAfter: tr.compactTo})
+	}
+	return true
 }
 
 // tokenIDs draws n token ids skewed toward small (frequent) ids, as text

@@ -86,18 +86,24 @@ func (a *keyed) compare(b *keyed) int {
 }
 
 // pending is the events of one attempt (or of the header, or of a group)
-// not yet read, in order.
-type pending []keyed
+// generated and not yet read, in order, and for an attempt the rest of
+// its facts, not generated yet.
+type pending struct {
+	evs  []keyed
+	rank int
+	rest *attemptFacts
+}
 
 type pendingHeap []*pending
 
 func (h pendingHeap) Len() int           { return len(h) }
-func (h pendingHeap) Less(i, j int) bool { return (*h[i])[0].compare(&(*h[j])[0]) < 0 }
+func (h pendingHeap) Less(i, j int) bool { return h[i].evs[0].compare(&h[j].evs[0]) < 0 }
 func (h pendingHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
 func (h *pendingHeap) Push(x any)        { *h = append(*h, x.(*pending)) }
 func (h *pendingHeap) Pop() any {
 	old := *h
 	x := old[len(old)-1]
+	old[len(old)-1] = nil
 	*h = old[:len(old)-1]
 	return x
 }
@@ -106,34 +112,33 @@ func (h *pendingHeap) Pop() any {
 // generates them again; the ids are new each time.
 //
 // It plays the run's timeline just far enough: an event is yielded once
-// nothing still to be dispatched can come before it, and an attempt's
-// events are generated once the trainer is past the attempt's end, so that
-// the policy versions of its turns are known. So the timeline runs ahead
-// of the events by about the longest attempt, and holds what it dispatched
-// in that span.
+// nothing still to be dispatched can come before it. An attempt's facts
+// are generated a turn at a time, as the previous turn's are read, once
+// the trainer is past the turn's end, so that the policy versions of its
+// tokens are known. So the timeline runs ahead of the events by about a
+// turn, and what is held at any moment is the attempts in flight, each
+// with its turns and its next turn's facts.
 func (s *Source) Events() iter.Seq[events.Event] {
 	return func(yield func(events.Event) bool) {
 		m := s.m
 		engines := s.Engines
 		sched, ver, tr := 0, engines+1, engines+2
 		h := &pendingHeap{}
-		open := func(em *emitter, rank int) {
-			if p := collect(em, rank); len(p) > 0 {
-				heap.Push(h, &p)
+		// One emitter for all: collect takes what it gathered each time.
+		em := &emitter{run: s.Run, v: m.o.FactVersion, bufs: make([][]record, engines+3)}
+		open := func(p *pending) {
+			if p.evs = collect(em, p.rank, p.evs); len(p.evs) > 0 {
+				heap.Push(h, p)
 			}
 		}
-		newEmitter := func(seq int) *emitter {
-			return &emitter{run: s.Run, v: m.o.FactVersion, bufs: make([][]record, engines+3), seq: seq}
-		}
 		// The scheduler's opening and the initial policy, rank 0.
-		em := newEmitter(0)
 		cfg := m.config()
 		em.add(sched, 0, scheduler, m.runStarted(cfg, engines))
 		for _, t := range m.tasks {
 			em.add(sched, 0, scheduler, m.taskRegistered(t))
 		}
 		em.add(tr, 0, trainer, policyPublished(m.seed, 0))
-		open(em, 0)
+		open(&pending{rank: 0})
 
 		// Groups' own facts (rank 1+idx) as their times become known, the
 		// later versions (rank 0, after the opening), and the attempts
@@ -142,35 +147,52 @@ func (s *Source) Events() iter.Seq[events.Event] {
 		var started []*attempt
 		tl.onDispatch = func(a *attempt) { started = append(started, a) }
 		tl.onStart = func(g *group) {
-			em := newEmitter(0)
+			em.seq = 0
 			em.add(sched, g.started, scheduler, &events.GroupStarted{Group: g.id, Task: g.task.id, Size: g.size, Purpose: g.purpose})
-			open(em, 1+g.idx)
+			open(&pending{rank: 1 + g.idx})
 		}
 		tl.onDone = func(g *group) {
 			if g.closed {
-				em := newEmitter(1)
+				em.seq = 1
 				em.add(sched, g.done, scheduler, &events.GroupClosed{Group: g.id, Reason: "retries_exhausted"})
-				open(em, 1+g.idx)
+				open(&pending{rank: 1 + g.idx})
 			}
 		}
 		tl.onPublish = func(v int) {
-			em := newEmitter(1 + len(m.tasks) + v)
+			em.seq = 1 + len(m.tasks) + v
 			em.add(tr, tl.versions[v], trainer, policyPublished(m.seed, v))
-			open(em, 0)
+			open(&pending{rank: 0})
+		}
+		// more generates p's next facts; false if it has none left.
+		more := func(p *pending) bool {
+			if p.rest == nil {
+				return false
+			}
+			if t, ok := p.rest.turnEnds(); ok {
+				tl.until(t)
+			}
+			em.seq = p.rest.seq
+			if !p.rest.next(em, tl.versions) {
+				p.rest = nil
+			} else {
+				p.rest.seq = em.seq
+			}
+			p.evs = collect(em, p.rank, p.evs[:0])
+			return true
 		}
 		for {
 			for {
 				switch {
-				case len(started) > 0 && (h.Len() == 0 || started[0].start <= (*(*h)[0])[0].vt):
+				case len(started) > 0 && (h.Len() == 0 || started[0].start <= (*h)[0].evs[0].vt):
 					// It may come before the earliest pending event: open it.
 					a := started[0]
 					started[0], started = nil, started[1:]
-					tl.until(a.start + a.duration)
-					em := newEmitter(0)
-					m.emitAttempt(em, a, 1+a.engine, s.names[1+a.engine], ver, tl.versions)
-					open(em, int(a.serial))
+					em.seq = 0
+					f := m.startAttempt(em, a, 1+a.engine, s.names[1+a.engine], ver)
+					f.seq = em.seq
+					open(&pending{rank: int(a.serial), rest: f})
 					continue
-				case h.Len() > 0 && tl.now() <= (*(*h)[0])[0].vt:
+				case h.Len() > 0 && tl.now() <= (*h)[0].evs[0].vt:
 					// Something still to be dispatched may come before it.
 					tl.step()
 					continue
@@ -183,11 +205,17 @@ func (s *Source) Events() iter.Seq[events.Event] {
 				return
 			}
 			p := (*h)[0]
-			k := (*p)[0]
-			(*p)[0] = keyed{} // let the event go once read
-			*p = (*p)[1:]
-			if len(*p) == 0 {
+			k := p.evs[0]
+			p.evs[0] = keyed{} // let the event go once read
+			p.evs = p.evs[1:]
+			if len(p.evs) == 0 {
+				// Out of the heap while the timeline may add to it.
 				heap.Pop(h)
+				for len(p.evs) == 0 && more(p) {
+				}
+				if len(p.evs) > 0 {
+					heap.Push(h, p)
+				}
 			} else {
 				heap.Fix(h, 0)
 			}
@@ -198,16 +226,19 @@ func (s *Source) Events() iter.Seq[events.Event] {
 	}
 }
 
-// collect takes what em gathered as keyed events of one rank, in order.
-func collect(em *emitter, rank int) pending {
-	var out pending
-	for stream, buf := range em.bufs {
-		for _, r := range buf {
-			out = append(out, keyed{vt: r.vt, stream: stream, rank: rank, local: r.seq, ev: r.ev})
+// collect appends what em gathered to dst as keyed events of one rank, in
+// order, and empties em.
+func collect(em *emitter, rank int, dst []keyed) []keyed {
+	for _, stream := range em.touched {
+		for _, r := range em.bufs[stream] {
+			dst = append(dst, keyed{vt: r.vt, stream: stream, rank: rank, local: r.seq, ev: r.ev})
 		}
+		clear(em.bufs[stream])
+		em.bufs[stream] = em.bufs[stream][:0]
 	}
-	slices.SortFunc(out, func(a, b keyed) int { return a.compare(&b) })
-	return out
+	em.touched = em.touched[:0]
+	slices.SortFunc(dst, func(a, b keyed) int { return a.compare(&b) })
+	return dst
 }
 
 func (m *model) runStarted(cfg events.Config, engines int) *events.RunStarted {
