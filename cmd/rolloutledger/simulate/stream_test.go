@@ -2,6 +2,7 @@ package simulate
 
 import (
 	"bytes"
+	"runtime"
 	"testing"
 
 	"github.com/rolloutledger/rolloutledger/events"
@@ -103,5 +104,43 @@ func TestStreamWindowsEqualPlanWindows(t *testing.T) {
 				t.Fatalf("byVersion %v size %d: got %d windows, want %d", byVersion, size, i, len(want))
 			}
 		}
+	}
+}
+
+// Reading a source holds the attempts in flight, not the run: the live
+// heap's peak while reading a run eight times as long, in one shape, stays
+// within 1.2 times the short run's, but for a [GroupInfo] and a serial for
+// every group (Source.Groups), at most groupBytes each. Holding something
+// for every attempt or every event makes it grow with the run.
+func TestSourceMemoryFlat(t *testing.T) {
+	const groupBytes = 256
+	peak := func(steps int) (facts, groups int, live uint64) {
+		// Few engines, so both runs spend most of their time with every
+		// engine busy.
+		o := Options{Seed: 42, Tasks: 8, Steps: steps, BatchGroups: 2, GroupSize: 4, MaxTurns: 100}
+		runtime.GC()
+		src, err := NewSource(o, "flat-run")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ms runtime.MemStats
+		for range src.Events() {
+			if facts++; facts%2000 == 0 {
+				runtime.GC()
+				runtime.ReadMemStats(&ms)
+				live = max(live, ms.HeapAlloc)
+			}
+		}
+		return facts, len(src.Groups), live
+	}
+	shortFacts, shortGroups, short := peak(20)
+	longFacts, longGroups, long := peak(160)
+	t.Logf("peak live heap: %d KiB at %d facts, %d KiB at %d facts", short>>10, shortFacts, long>>10, longFacts)
+	if longFacts < 6*shortFacts {
+		t.Fatalf("got runs of %d and %d facts, want the second at least 6 times as long", shortFacts, longFacts)
+	}
+	if limit := short + short/5 + uint64(groupBytes*(longGroups-shortGroups)); long > limit {
+		t.Errorf("got a peak live heap of %d KiB at %d facts, want at most %d KiB (1.2 times the %d KiB at %d facts, and %d groups more)",
+			long>>10, longFacts, limit>>10, short>>10, shortFacts, longGroups-shortGroups)
 	}
 }
