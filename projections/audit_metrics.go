@@ -57,7 +57,10 @@ type Audit struct {
 	findings  map[string]int
 	// seen holds the event id of every fact observed, as the fold's dedup
 	// index does (docs/design.md §5.4): a record repeating an id is counted
-	// as a fact and otherwise ignored, so a redelivered reward is one.
+	// as a fact and otherwise ignored, so a redelivered reward is one. It
+	// grows with the run (some 2 GB at 50 M facts); a caller that folds the
+	// facts passes the fold's own verdict instead ([Audit.FactFolded]),
+	// and the audit then keeps none.
 	seen map[[16]byte]struct{}
 	// seenOther holds ids that are not UUIDs (the fold's own tests).
 	seenOther map[string]struct{}
@@ -259,7 +262,6 @@ func NewAudit(run string) *Audit {
 		steps: map[uint64]*StepAudit{}, gradients: map[uint64]*events.GradientApplied{},
 		tools: map[string]*ToolStats{}, forkMS: map[int64]int{}, staleness: map[int64]int{},
 		drops: map[string]int{}, findings: map[string]int{},
-		seen: map[[16]byte]struct{}{}, seenOther: map[string]struct{}{},
 		turnTokens: map[string]map[int64]int64{}, groupAttempts: map[string][]string{},
 		attemptGroup: map[string]string{}, purpose: map[string]string{},
 	}
@@ -277,6 +279,19 @@ var factTypeIndex = func() map[events.Type]int {
 // Fact observes the next record of the run. r.Event is used when set, else
 // r.Value is decoded. The fact tree is the caller's: see [Audit.Decision].
 func (a *Audit) Fact(r Record) {
+	a.fact(r, nil)
+}
+
+// FactFolded observes the next record of the run as [Audit.Fact] does,
+// with the verdict of a fold that applied it just before: repeated is
+// [Fold.Repeat]. The audit then keeps no index of the ids it saw, so its
+// memory does not grow with the run's facts; a caller must use one of
+// Fact and FactFolded for all of a run.
+func (a *Audit) FactFolded(r Record, repeated bool) {
+	a.fact(r, &repeated)
+}
+
+func (a *Audit) fact(r Record, folded *bool) {
 	a.r.Facts++
 	ev := r.Event
 	if ev.Type == "" {
@@ -286,7 +301,7 @@ func (a *Audit) Fact(r Record) {
 			return
 		}
 	}
-	if a.repeated(ev.ID) {
+	if folded != nil && *folded || folded == nil && a.repeated(ev.ID) {
 		return
 	}
 	if a.r.FactsByType == nil {
@@ -365,6 +380,9 @@ func (a *Audit) Fact(r Record) {
 // repeated records id and reports whether an earlier fact carried it.
 // UUIDs are kept as their 16 bytes: the index has one entry per fact.
 func (a *Audit) repeated(id string) bool {
+	if a.seen == nil {
+		a.seen, a.seenOther = map[[16]byte]struct{}{}, map[string]struct{}{}
+	}
 	if u, err := uuid.Parse(id); err == nil && len(id) == 36 {
 		if _, ok := a.seen[u]; ok {
 			return true

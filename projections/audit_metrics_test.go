@@ -2,25 +2,38 @@ package projections
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
 
 	"github.com/rolloutledger/rolloutledger/events"
 )
 
+// auditOf audits recs twice, keeping its own index of ids and taking the
+// fold's verdict (as replay does): both must report the same.
 func auditOf(t *testing.T, recs []Record) AuditReport {
 	t.Helper()
-	f, s, a := NewFold(testRun), NewMemStore(), NewAudit(testRun)
+	f, s, a, folded := NewFold(testRun), NewMemStore(), NewAudit(testRun), NewAudit(testRun)
 	for _, r := range recs {
 		ds, err := f.Apply(s, r)
 		if err != nil {
 			t.Fatal(err)
 		}
 		a.Fact(r)
+		folded.FactFolded(r, f.Repeat())
 		for _, d := range ds {
 			if err := a.Decision(d); err != nil {
 				t.Fatal(err)
 			}
+			if err := folded.Decision(d); err != nil {
+				t.Fatal(err)
+			}
 		}
+	}
+	if want, got := a.Report(), folded.Report(); !reflect.DeepEqual(want, got) {
+		t.Fatalf("the audit with the fold's verdicts differs from the audit's own:\n%+v\n%+v", got, want)
+	}
+	if folded.seen != nil {
+		t.Errorf("the audit given the fold's verdicts kept %d ids", len(folded.seen))
 	}
 	return a.Report()
 }

@@ -215,7 +215,9 @@ func Verify(ctx context.Context, src Source, o VerifyOptions) (*Report, error) {
 			return err
 		}
 		if o.Audit != nil {
-			o.Audit.Fact(f.Record())
+			// The fold's dedup index is on disk; the audit's own would be
+			// in memory, one entry a fact.
+			o.Audit.FactFolded(f.Record(), fold.Repeat())
 		}
 		for _, d := range ds {
 			rep.Recomputed++
