@@ -3,8 +3,9 @@
 // `rolloutledger simulate`.
 //
 // [Generate] builds a whole run as a [Plan] without I/O; [NewSource] yields
-// the same events in the same order a piece at a time, holding only the
-// run's shape and the attempts in flight, so a run of any length fits in
+// the same events in the same order a piece at a time, holding the
+// attempts in flight and a short summary of each group (its schedule
+// unfolds as the events are read), so a run of any length fits in flat
 // memory; [Run] generates one that way and pushes it over HTTP
 // (`POST /v1/events`) as it goes.
 //
