@@ -186,7 +186,18 @@ func Train(ctx context.Context, o TrainerOptions) ([]TrainerStep, error) {
 // factsFolded is the run's status's facts_folded: how many of its facts
 // the projector has folded.
 func factsFolded(ctx context.Context, o TrainerOptions, base string) (uint64, error) {
-	resp, err := get(ctx, o, base+"/status")
+	return foldedAt(ctx, o, base+"/status")
+}
+
+// FactsFolded is run's facts_folded in the status of the ledger at url:
+// how many of its facts the projector has folded, duplicates included.
+func FactsFolded(ctx context.Context, url, run, token string) (uint64, error) {
+	o := TrainerOptions{Token: token, Client: http.DefaultClient}
+	return foldedAt(ctx, o, strings.TrimRight(url, "/")+"/v1/runs/"+run+"/status")
+}
+
+func foldedAt(ctx context.Context, o TrainerOptions, status string) (uint64, error) {
+	resp, err := get(ctx, o, status)
 	if err != nil {
 		return 0, err
 	}

@@ -2,11 +2,9 @@ package faults_test
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"runtime"
 	"slices"
@@ -219,11 +217,12 @@ loop:
 	var short []string
 	mu.Lock()
 	for run, rl := range loads {
-		n, err := factsFolded(ctx, s.URL(), run)
+		folded64, err := simulate.FactsFolded(ctx, s.URL(), run, "")
 		if err != nil {
 			t.Errorf("status of %s: %v", run, err)
 			continue
 		}
+		n := int64(folded64)
 		w := rl.acked.Load() + 2*int64(rl.steps)
 		want, folded = want+w, folded+n
 		if n < w {
@@ -303,27 +302,6 @@ func fetchMBps(a, b soakSample) float64 {
 		return 0
 	}
 	return float64(b.fetched-a.fetched) / 1e6 / (b.fetchTime - a.fetchTime).Seconds()
-}
-
-// factsFolded is a run's facts_folded, from the API's run status.
-func factsFolded(ctx context.Context, base, run string) (int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/runs/"+run+"/status", nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("status: %s", resp.Status)
-	}
-	var st struct {
-		FactsFolded int64 `json:"facts_folded"`
-	}
-	err = json.NewDecoder(resp.Body).Decode(&st)
-	return st.FactsFolded, err
 }
 
 // serviceMemory is the Kafka broker's resident set (its JVM's) and the
