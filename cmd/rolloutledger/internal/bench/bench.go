@@ -362,6 +362,12 @@ func (e *env) cmd(only string, extra ...string) string {
 	if e.o.Short {
 		c += " --short"
 	}
+	if only == GroupScale && len(e.o.ScaleFacts) == 2 {
+		c += fmt.Sprintf(" --scale-facts %d,%d", e.o.ScaleFacts[0], e.o.ScaleFacts[1])
+	}
+	if only == GroupScale && len(e.o.ScaleFormats) > 0 {
+		c += " --scale-formats " + strings.Join(e.o.ScaleFormats, ",")
+	}
 	return strings.Join(append([]string{c}, extra...), " ")
 }
 
