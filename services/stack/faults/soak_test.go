@@ -272,7 +272,7 @@ soak summary
   kafka rss:   mean of the first fifth %.1f MiB, of the last fifth %.1f MiB
   pg memory:   proportional set, mean of the first fifth %.1f MiB, of the last fifth %.1f MiB
   fetches:     %d batches, %.1f MB read; %.1f MB/s of fetch time over the first fifth, %.1f over the last
-  facts:       %d folded of %d acknowledged (%d extra copies), in %d runs
+  facts:       %d folded of %d acknowledged (%d more: writes whose answer the end of the load cut off, or retried produces), in %d runs
   go heap:     last %.1f MiB
   log:         %d warnings, %d errors; %d failed pushes
   postgres:    %d turn rows stored
