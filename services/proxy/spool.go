@@ -197,26 +197,16 @@ func (s *spool) expireOne(id identity, key []byte, before int64, hold func(ident
 	if err := b.Delete(key, nil); err != nil {
 		return false, err
 	}
-	v, closer, err := s.db.Get(attemptKey(prefixAttempt, id))
-	var st attemptState
-	found := err == nil
-	switch {
-	case errors.Is(err, pebble.ErrNotFound):
-	case err != nil:
+	st, found, err := s.loadState(id)
+	if err != nil {
 		return false, err
-	default:
-		err = json.Unmarshal(v, &st)
-		closer.Close()
-		if err != nil {
-			return false, fmt.Errorf("proxy: spool: attempt state of %q: %w", id.Attempt, err)
-		}
 	}
 	// Past the cutoff, and with something to free (an attempt expired
 	// before is passed over when a rebuilt index lists it again).
 	expired := found && st.AnsweredAt < before && len(st.Marks) > 0
 	if found && st.AnsweredAt < before {
 		st.Marks = nil
-		raw, err := json.Marshal(&st)
+		raw, err := json.Marshal(st)
 		if err != nil {
 			return false, err
 		}
@@ -397,23 +387,14 @@ func (s *spool) marked(mark []byte) (bool, error) {
 // loadAttempt reads an attempt's state and last sequence; a new attempt
 // has neither.
 func (s *spool) loadAttempt(id identity) (*attemptState, []int32, error) {
-	st := &attemptState{}
-	v, closer, err := s.db.Get(attemptKey(prefixAttempt, id))
-	switch {
-	case errors.Is(err, pebble.ErrNotFound):
-		return st, nil, nil
-	case err != nil:
-		return nil, nil, err
-	}
-	err = json.Unmarshal(v, st)
-	closer.Close()
-	if err != nil {
-		return nil, nil, fmt.Errorf("proxy: spool: attempt state of %q: %w", id.Attempt, err)
+	st, found, err := s.loadState(id)
+	if err != nil || !found {
+		return st, nil, err
 	}
 	// The sequence: a whole one written before chunks were (if any), then
 	// the chunks in offset order, each starting where the last ended.
 	var seq []int32
-	v, closer, err = s.db.Get(attemptKey(prefixSeq, id))
+	v, closer, err := s.db.Get(attemptKey(prefixSeq, id))
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
 	case err != nil:
@@ -439,6 +420,25 @@ func (s *spool) loadAttempt(id identity) (*attemptState, []int32, error) {
 		seq = append(seq, decodeIDs(it.Value())...)
 	}
 	return st, seq, it.Error()
+}
+
+// loadState reads an attempt's state; a new attempt has an empty one, and
+// found false.
+func (s *spool) loadState(id identity) (st *attemptState, found bool, err error) {
+	st = &attemptState{}
+	v, closer, err := s.db.Get(attemptKey(prefixAttempt, id))
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+		return st, false, nil
+	case err != nil:
+		return nil, false, err
+	}
+	err = json.Unmarshal(v, st)
+	closer.Close()
+	if err != nil {
+		return nil, false, fmt.Errorf("proxy: spool: attempt state of %q: %w", id.Attempt, err)
+	}
+	return st, true, nil
 }
 
 // queued is one waiting fact as the sender reads it.
