@@ -183,21 +183,16 @@ func Train(ctx context.Context, o TrainerOptions) ([]TrainerStep, error) {
 	return steps, nil
 }
 
-// factsFolded is the run's status's facts_folded: how many of its facts
-// the projector has folded.
-func factsFolded(ctx context.Context, o TrainerOptions, base string) (uint64, error) {
-	return foldedAt(ctx, o, base+"/status")
-}
-
 // FactsFolded is run's facts_folded in the status of the ledger at url:
 // how many of its facts the projector has folded, duplicates included.
 func FactsFolded(ctx context.Context, url, run, token string) (uint64, error) {
 	o := TrainerOptions{Token: token, Client: http.DefaultClient}
-	return foldedAt(ctx, o, strings.TrimRight(url, "/")+"/v1/runs/"+run+"/status")
+	return factsFolded(ctx, o, strings.TrimRight(url, "/")+"/v1/runs/"+run)
 }
 
-func foldedAt(ctx context.Context, o TrainerOptions, status string) (uint64, error) {
-	resp, err := get(ctx, o, status)
+// factsFolded is the facts_folded of the run whose API base is base.
+func factsFolded(ctx context.Context, o TrainerOptions, base string) (uint64, error) {
+	resp, err := get(ctx, o, base+"/status", "")
 	if err != nil {
 		return 0, err
 	}
@@ -212,13 +207,17 @@ func foldedAt(ctx context.Context, o TrainerOptions, status string) (uint64, err
 	return st.FactsFolded, err
 }
 
-func get(ctx context.Context, o TrainerOptions, url string) (*http.Response, error) {
+// get sends a GET with the trainer's token, and accept as Accept when set.
+func get(ctx context.Context, o TrainerOptions, url, accept string) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
 	if o.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+o.Token)
+	}
+	if accept != "" {
+		req.Header.Set("Accept", accept)
 	}
 	return o.Client.Do(req)
 }
@@ -227,7 +226,7 @@ func get(ctx context.Context, o TrainerOptions, url string) (*http.Response, err
 // notice the end of the rollouts.
 func nextBatch(ctx context.Context, o TrainerOptions, base string, k int) (projections.Manifest, bool, error) {
 	var m projections.Manifest
-	resp, err := get(ctx, o, fmt.Sprintf("%s/batches/next?after=%d&wait=1s", base, k-1))
+	resp, err := get(ctx, o, fmt.Sprintf("%s/batches/next?after=%d&wait=1s", base, k-1), "")
 	if err != nil {
 		return m, false, fmt.Errorf("trainer: poll batch %d: %w", k, err)
 	}
@@ -250,17 +249,11 @@ func nextBatch(ctx context.Context, o TrainerOptions, base string, k int) (proje
 
 func sampleLines(ctx context.Context, o TrainerOptions, base string, k int) (int, error) {
 	start := time.Now()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/batches/%d/samples", base, k), nil)
-	if err != nil {
-		return 0, err
-	}
-	if o.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+o.Token)
-	}
+	accept := ""
 	if o.Arrow {
-		req.Header.Set("Accept", "application/vnd.apache.arrow.stream")
+		accept = "application/vnd.apache.arrow.stream"
 	}
-	resp, err := o.Client.Do(req)
+	resp, err := get(ctx, o, fmt.Sprintf("%s/batches/%d/samples", base, k), accept)
 	if err != nil {
 		return 0, fmt.Errorf("trainer: samples of batch %d: %w", k, err)
 	}
