@@ -245,14 +245,7 @@ loop:
 	}
 	window := max(1, len(samples)/5)
 	first, lastFifth := samples[:window], samples[len(samples)-window:]
-	firstRSS, lastRSS := meanRSS(first), meanRSS(lastFifth)
-	meanOf := func(ss []soakSample, f func(soakSample) uint64) float64 {
-		var sum uint64
-		for _, s := range ss {
-			sum += f(s)
-		}
-		return mib(sum / uint64(len(ss)))
-	}
+	rssOf := func(s soakSample) uint64 { return s.rssBytes }
 	kafkaOf := func(s soakSample) uint64 { return s.kafkaRSS }
 	pgOf := func(s soakSample) uint64 { return s.pgPSS }
 	fetchFirst := fetchMBps(samples[0], first[len(first)-1])
@@ -279,7 +272,7 @@ soak summary
 `, loadTime.Round(time.Second), runs, *soakRuns, *soakRate, *soakTokens, last.acked, float64(last.acked)/loadTime.Seconds(),
 		slices.Max(projLags), median(projLags), last.projLag,
 		slices.Max(sinkLags), median(sinkLags), last.sinkLag, catchUp.Round(time.Millisecond),
-		mib(firstRSS), mib(lastRSS), mib(maxRSS(samples)),
+		meanOf(first, rssOf), meanOf(lastFifth, rssOf), mib(maxRSS(samples)),
 		meanOf(first, kafkaOf), meanOf(lastFifth, kafkaOf), meanOf(first, pgOf), meanOf(lastFifth, pgOf),
 		last.fetches, float64(last.fetched)/1e6, fetchFirst, fetchLast,
 		folded, want, folded-want, len(loads), mib(last.heapUsed),
@@ -349,12 +342,13 @@ func median(xs []int64) int64 {
 	return s[len(s)/2]
 }
 
-func meanRSS(ss []soakSample) uint64 {
+// meanOf is the mean of one of the samples' byte figures, in MiB.
+func meanOf(ss []soakSample, f func(soakSample) uint64) float64 {
 	var sum uint64
 	for _, s := range ss {
-		sum += s.rssBytes
+		sum += f(s)
 	}
-	return sum / uint64(len(ss))
+	return mib(sum / uint64(len(ss)))
 }
 
 func maxRSS(ss []soakSample) uint64 {
