@@ -2,7 +2,6 @@ package simulate
 
 import (
 	"cmp"
-	"container/heap"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -94,20 +93,6 @@ type pending struct {
 	rest *attemptFacts
 }
 
-type pendingHeap []*pending
-
-func (h pendingHeap) Len() int           { return len(h) }
-func (h pendingHeap) Less(i, j int) bool { return h[i].evs[0].compare(&h[j].evs[0]) < 0 }
-func (h pendingHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *pendingHeap) Push(x any)        { *h = append(*h, x.(*pending)) }
-func (h *pendingHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	return x
-}
-
 // Events yields the run's events in [Plan.All]'s order. Each call
 // generates them again; the ids are new each time.
 //
@@ -123,12 +108,12 @@ func (s *Source) Events() iter.Seq[events.Event] {
 		m := s.m
 		engines := s.Engines
 		sched, ver, tr := 0, engines+1, engines+2
-		h := &pendingHeap{}
+		h := newHeap(func(a, b *pending) bool { return a.evs[0].compare(&b.evs[0]) < 0 })
 		// One emitter for all: collect takes what it gathered each time.
 		em := &emitter{run: s.Run, v: m.o.FactVersion, bufs: make([][]record, engines+3)}
 		open := func(p *pending) {
 			if p.evs = collect(em, p.rank, p.evs); len(p.evs) > 0 {
-				heap.Push(h, p)
+				h.push(p)
 			}
 		}
 		// The scheduler's opening and the initial policy, rank 0.
@@ -183,7 +168,7 @@ func (s *Source) Events() iter.Seq[events.Event] {
 		for {
 			for {
 				switch {
-				case len(started) > 0 && (h.Len() == 0 || started[0].start <= (*h)[0].evs[0].vt):
+				case len(started) > 0 && (h.Len() == 0 || started[0].start <= h.peek().evs[0].vt):
 					// It may come before the earliest pending event: open it.
 					a := started[0]
 					started[0], started = nil, started[1:]
@@ -192,7 +177,7 @@ func (s *Source) Events() iter.Seq[events.Event] {
 					f.seq = em.seq
 					open(&pending{rank: int(a.serial), rest: f})
 					continue
-				case h.Len() > 0 && tl.now() <= (*h)[0].evs[0].vt:
+				case h.Len() > 0 && tl.now() <= h.peek().evs[0].vt:
 					// Something still to be dispatched may come before it.
 					tl.step()
 					continue
@@ -204,20 +189,20 @@ func (s *Source) Events() iter.Seq[events.Event] {
 			if h.Len() == 0 {
 				return
 			}
-			p := (*h)[0]
+			p := h.peek()
 			k := p.evs[0]
 			p.evs[0] = keyed{} // let the event go once read
 			p.evs = p.evs[1:]
 			if len(p.evs) == 0 {
 				// Out of the heap while the timeline may add to it.
-				heap.Pop(h)
+				h.pop()
 				for len(p.evs) == 0 && more(p) {
 				}
 				if len(p.evs) > 0 {
-					heap.Push(h, p)
+					h.push(p)
 				}
 			} else {
-				heap.Fix(h, 0)
+				h.fix()
 			}
 			if !yield(k.ev) {
 				return

@@ -49,36 +49,6 @@ type job struct {
 	seq   int
 }
 
-type engineHeap []engineSlot
-
-func (h engineHeap) Len() int { return len(h) }
-func (h engineHeap) Less(i, j int) bool {
-	return h[i].free < h[j].free || h[i].free == h[j].free && h[i].idx < h[j].idx
-}
-func (h engineHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *engineHeap) Push(x any)   { *h = append(*h, x.(engineSlot)) }
-func (h *engineHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
-}
-
-type jobHeap []job
-
-func (h jobHeap) Len() int { return len(h) }
-func (h jobHeap) Less(i, j int) bool {
-	return h[i].ready < h[j].ready || h[i].ready == h[j].ready && h[i].seq < h[j].seq
-}
-func (h jobHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *jobHeap) Push(x any)   { *h = append(*h, x.(job)) }
-func (h *jobHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
-}
-
 // release is groups released together, whose first attempts are queued at
 // once (in order, all ready at the same time) as the scheduler's fresh
 // jobs: the groups next, next+stride, ... below end, drawn one at a time
@@ -92,55 +62,21 @@ type release struct {
 	next, stride, end int
 }
 
-type releaseHeap []*release
-
-func (h releaseHeap) Len() int { return len(h) }
-func (h releaseHeap) Less(i, j int) bool {
-	return h[i].ready < h[j].ready || h[i].ready == h[j].ready && h[i].seq < h[j].seq
-}
-func (h releaseHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *releaseHeap) Push(x any)   { *h = append(*h, x.(*release)) }
-func (h *releaseHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	return x
-}
-
-// doneHeap orders complete groups as the trainer takes them: by the time
-// they completed, then as they were drawn.
-type doneHeap []*group
-
-func (h doneHeap) Len() int { return len(h) }
-func (h doneHeap) Less(i, j int) bool {
-	return h[i].done < h[j].done || h[i].done == h[j].done && h[i].idx < h[j].idx
-}
-func (h doneHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *doneHeap) Push(x any)   { *h = append(*h, x.(*group)) }
-func (h *doneHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	return x
-}
-
 // timeline dispatches jobs: a ready retry first, since a whole group waits
 // for it, then fresh attempts in the order their groups became ready. It
 // plays the trainer as it goes (see [timeline.train]).
 type timeline struct {
 	m       *model
 	cfg     events.Config
-	engines engineHeap
-	fresh   releaseHeap
-	retries jobHeap
+	engines *orderedHeap[engineSlot]
+	fresh   *orderedHeap[*release]
+	retries *orderedHeap[job]
 	seq     int
 
 	// The trainer: usable train groups complete but not yet taken, the
 	// publication times so far (versions[0] = 0 is the initial policy),
 	// and the batch being filled.
-	complete  doneHeap
+	complete  *orderedHeap[*group]
 	versions  []int64
 	k, filled int
 
@@ -154,11 +90,17 @@ type timeline struct {
 }
 
 func (m *model) newTimeline(nEngines int) *timeline {
-	tl := &timeline{m: m, cfg: m.config(), versions: []int64{0}, k: 1}
+	tl := &timeline{m: m, cfg: m.config(), versions: []int64{0}, k: 1,
+		engines: newHeap(func(a, b engineSlot) bool { return a.free < b.free || a.free == b.free && a.idx < b.idx }),
+		fresh:   newHeap(func(a, b *release) bool { return a.ready < b.ready || a.ready == b.ready && a.seq < b.seq }),
+		retries: newHeap(func(a, b job) bool { return a.ready < b.ready || a.ready == b.ready && a.seq < b.seq }),
+		// Complete groups as the trainer takes them: by the time they
+		// completed, then as they were drawn.
+		complete: newHeap(func(a, b *group) bool { return a.done < b.done || a.done == b.done && a.idx < b.idx })}
 	for i := range nEngines {
-		tl.engines = append(tl.engines, engineSlot{idx: i})
+		tl.engines.items = append(tl.engines.items, engineSlot{idx: i})
 	}
-	heap.Init(&tl.engines)
+	heap.Init(tl.engines)
 	if len(m.tasks) > 0 {
 		tl.release(probeReleaseMS, 0, 1, len(m.tasks))
 	}
@@ -172,7 +114,7 @@ func (tl *timeline) now() int64 {
 	if tl.fresh.Len()+tl.retries.Len() == 0 {
 		return math.MaxInt64
 	}
-	return tl.engines[0].free
+	return tl.engines.peek().free
 }
 
 // until steps the timeline past t.
@@ -185,9 +127,9 @@ func (tl *timeline) until(t int64) {
 // none ready yet, 1 for the retries, 2 for the fresh jobs.
 func (tl *timeline) next(now int64) int {
 	switch {
-	case tl.retries.Len() > 0 && tl.retries[0].ready <= now:
+	case tl.retries.Len() > 0 && tl.retries.peek().ready <= now:
 		return 1
-	case tl.fresh.Len() > 0 && tl.fresh[0].ready <= now:
+	case tl.fresh.Len() > 0 && tl.fresh.peek().ready <= now:
 		return 2
 	}
 	return 0
@@ -196,10 +138,10 @@ func (tl *timeline) next(now int64) int {
 func (tl *timeline) earliest() int64 {
 	t := int64(math.MaxInt64)
 	if tl.retries.Len() > 0 {
-		t = min(t, tl.retries[0].ready)
+		t = min(t, tl.retries.peek().ready)
 	}
 	if tl.fresh.Len() > 0 {
-		t = min(t, tl.fresh[0].ready)
+		t = min(t, tl.fresh.peek().ready)
 	}
 	return t
 }
@@ -211,17 +153,17 @@ func (tl *timeline) step() bool {
 		return false
 	}
 	defer tl.train()
-	e := heap.Pop(&tl.engines).(engineSlot)
+	e := tl.engines.pop()
 	var a *attempt
 	switch tl.next(e.free) {
 	case 0:
 		// Idle until the earliest job is ready; engines that free up
 		// earlier may still queue an earlier one.
 		e.free = tl.earliest()
-		heap.Push(&tl.engines, e)
+		tl.engines.push(e)
 		return true
 	case 1:
-		a = heap.Pop(&tl.retries).(job).a
+		a = tl.retries.pop().a
 	default:
 		a = tl.take()
 	}
@@ -229,7 +171,7 @@ func (tl *timeline) step() bool {
 	a.engine, a.start = e.idx, e.free
 	end := a.start + a.duration
 	e.free = end + engineGapMS
-	heap.Push(&tl.engines, e)
+	tl.engines.push(e)
 	if tl.onDispatch != nil {
 		tl.onDispatch(a)
 	}
@@ -245,7 +187,7 @@ func (tl *timeline) step() bool {
 	chain := g.slots[a.slot]
 	if a.failed && a != chain[len(chain)-1] {
 		next := slices.Index(chain, a) + 1
-		heap.Push(&tl.retries, job{a: chain[next], ready: end + retryDelayMS, seq: tl.seq})
+		tl.retries.push(job{a: chain[next], ready: end + retryDelayMS, seq: tl.seq})
 		tl.seq++
 		return true
 	}
@@ -268,7 +210,7 @@ func (tl *timeline) step() bool {
 	}
 	switch {
 	case g.purpose == events.PurposeTrain && g.drop == "":
-		heap.Push(&tl.complete, g)
+		tl.complete.push(g)
 	case g.purpose == events.PurposeProbe && g.task.admitted:
 		// The task's train groups: every len(admitted)-th from its place.
 		m := tl.m
@@ -281,21 +223,21 @@ func (tl *timeline) step() bool {
 
 // release queues the groups next, next+stride, ... below end, ready at at.
 func (tl *timeline) release(at int64, next, stride, end int) {
-	heap.Push(&tl.fresh, &release{ready: at, seq: tl.seq, next: next, stride: stride, end: end})
+	tl.fresh.push(&release{ready: at, seq: tl.seq, next: next, stride: stride, end: end})
 	tl.seq++
 }
 
 // take is the next fresh job's attempt: the first of its group's next
 // slot, the group drawn when it comes up.
 func (tl *timeline) take() *attempt {
-	r := tl.fresh[0]
+	r := tl.fresh.peek()
 	if r.g == nil || r.slot == len(r.g.slots) {
 		r.g, r.slot = tl.draw(r.next), 0
 		r.next += r.stride
 	}
 	a := r.g.slots[r.slot][0]
 	if r.slot++; r.slot == len(r.g.slots) && r.next >= r.end {
-		heap.Pop(&tl.fresh)
+		tl.fresh.pop()
 	}
 	return a
 }
@@ -322,8 +264,8 @@ func (tl *timeline) draw(idx int) *group {
 // behind). A group is taken once no other can complete before it: when it
 // completed at or before now.
 func (tl *timeline) train() {
-	for tl.complete.Len() > 0 && tl.complete[0].done <= tl.now() {
-		g := heap.Pop(&tl.complete).(*group)
+	for tl.complete.Len() > 0 && tl.complete.peek().done <= tl.now() {
+		g := tl.complete.pop()
 		// Every turn of g precedes g.done, so versions published later
 		// cannot apply to it: the times known so far suffice.
 		if !tl.trains(g) {
