@@ -115,8 +115,19 @@ func openSpool(dir string, maxBytes int64) (*spool, error) {
 // expiryKey is the expiry index's entry of an attempt last answered at
 // (Unix ms).
 func expiryKey(at int64, id identity) []byte {
-	k := binary.BigEndian.AppendUint64([]byte{prefixExpiry}, uint64(max(at, 0)))
-	return append(k, id.key()...)
+	return append(expiryPrefix(at), id.key()...)
+}
+
+// expiryPrefix is where the expiry index's entries of time at begin.
+func expiryPrefix(at int64) []byte {
+	return binary.BigEndian.AppendUint64([]byte{prefixExpiry}, uint64(max(at, 0)))
+}
+
+// identityOf is the identity a spool key holds after its prefix bytes
+// (identity.key's form); false when it holds none.
+func identityOf(rest []byte) (identity, bool) {
+	run, attempt, ok := strings.Cut(string(rest), "\x00")
+	return identity{Run: run, Attempt: attempt}, ok
 }
 
 // buildExpiryIndex indexes every attempt's state by its last answer, once,
@@ -136,12 +147,12 @@ func (s *spool) buildExpiryIndex() error {
 	b := s.db.NewBatch()
 	defer b.Close()
 	for it.First(); it.Valid(); it.Next() {
-		run, attempt, ok := strings.Cut(string(it.Key()[1:]), "\x00")
+		id, ok := identityOf(it.Key()[1:])
 		var st attemptState
 		if !ok || json.Unmarshal(it.Value(), &st) != nil {
 			continue // read back and refused by loadAttempt, which names it
 		}
-		if err := b.Set(expiryKey(st.AnsweredAt, identity{Run: run, Attempt: attempt}), nil, nil); err != nil {
+		if err := b.Set(expiryKey(st.AnsweredAt, id), nil, nil); err != nil {
 			return err
 		}
 	}
@@ -164,8 +175,7 @@ func (s *spool) buildExpiryIndex() error {
 // requests while it is expired and returns the unlock; it returns how many
 // attempts were expired.
 func (s *spool) expire(before int64, hold func(identity) func()) (int, error) {
-	hi := binary.BigEndian.AppendUint64([]byte{prefixExpiry}, uint64(max(before, 0)))
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixExpiry}, UpperBound: hi})
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixExpiry}, UpperBound: expiryPrefix(before)})
 	if err != nil {
 		return 0, err
 	}
@@ -173,11 +183,10 @@ func (s *spool) expire(before int64, hold func(identity) func()) (int, error) {
 	n := 0
 	for it.First(); it.Valid(); it.Next() {
 		key := slices.Clone(it.Key())
-		run, attempt, ok := strings.Cut(string(key[9:]), "\x00")
+		id, ok := identityOf(key[1+8:]) // after the prefix and the time
 		if !ok {
 			continue
 		}
-		id := identity{Run: run, Attempt: attempt}
 		done, err := s.expireOne(id, key, before, hold)
 		if err != nil {
 			return n, err
