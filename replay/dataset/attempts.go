@@ -44,13 +44,36 @@ func (r *Run) attemptOf(id string) (*Attempt, error) {
 	}
 	a := &Attempt{Attempt: id}
 	if r.attemptsStored > 0 {
-		if _, err := r.rows.get(attemptPrefix(keyAttempt, id), a); err != nil {
+		ok, err := r.getAttempt(id, a)
+		if err != nil {
 			return nil, fmt.Errorf("dataset: attempt %s: %w", id, err)
 		}
-		a.Attempt = id
+		if ok {
+			r.attempts[id] = a
+			return a, nil
+		}
 	}
+	r.attemptsMet++
+	a.ord = r.attemptsMet
 	r.attempts[id] = a
 	return a, nil
+}
+
+// storedAttempt is an attempt's summary as the row store keeps it.
+type storedAttempt struct {
+	A   *Attempt `json:"a"`
+	Ord uint64   `json:"o"`
+}
+
+// getAttempt reads the summary of attempt id into a; false when none was
+// stored.
+func (r *Run) getAttempt(id string, a *Attempt) (bool, error) {
+	s := storedAttempt{A: a}
+	ok, err := r.rows.get(attemptPrefix(keyAttempt, id), &s)
+	if ok {
+		a.Attempt, a.ord = id, s.Ord
+	}
+	return ok, err
 }
 
 // started records that a began at seq: the order the writers read
@@ -64,7 +87,7 @@ func (r *Run) started(a *Attempt) error {
 // the table; the store then answers for them.
 func (r *Run) storeAttempts() error {
 	for id, a := range r.attempts {
-		if err := r.rows.set(attemptPrefix(keyAttempt, id), a); err != nil {
+		if err := r.rows.set(attemptPrefix(keyAttempt, id), storedAttempt{A: a, Ord: a.ord}); err != nil {
 			return err
 		}
 	}
@@ -88,7 +111,7 @@ func (r *Run) EachAttempt() iter.Seq2[*Attempt, error] {
 				return err
 			}
 			a := &Attempt{}
-			ok, err := r.rows.get(attemptPrefix(keyAttempt, id), a)
+			ok, err := r.getAttempt(id, a)
 			if err != nil {
 				return err
 			}

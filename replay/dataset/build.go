@@ -59,6 +59,7 @@ type Run struct {
 	attempts       map[string]*Attempt
 	attemptsStored int
 	attemptCount   int
+	attemptsMet    uint64 // the last ordinal given (Attempt.ord)
 	purposes       map[string]string
 	dropped        map[string]string
 	// spill holds, one after another, the turns' and tool calls' text, the
@@ -260,6 +261,9 @@ type Attempt struct {
 	// DropReason is the reason its train group was dropped, "" when not.
 	DropReason string
 
+	// ord numbers it in the order the fold first met it, from 1: the key
+	// of its rows in the row store (rows.go).
+	ord uint64
 	// turns and calls are its turns and tool calls while its trajectory
 	// is written (Run.trajectories), nil otherwise.
 	turns []*Turn
@@ -479,7 +483,7 @@ func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 				t.SegmentStarts = append(t.SegmentStarts, s.Start)
 				t.SegmentVersions = append(t.SegmentVersions, s.PolicyVersion)
 			}
-			if err := r.putTurn(t); err != nil {
+			if err := r.putTurn(a, t); err != nil {
 				return err
 			}
 			a.Turns++
@@ -503,7 +507,7 @@ func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 				return err
 			}
 			c.input, c.output = input, output
-			if err := r.putCall(c); err != nil {
+			if err := r.putCall(a, c); err != nil {
 				return err
 			}
 		case *events.AttemptFinished:
@@ -661,8 +665,8 @@ func (r *Run) admission(d projections.Decision) error {
 	return nil
 }
 
-// putTurn and putCall keep a turn and a tool call for the writers.
-func (r *Run) putTurn(t *Turn) error {
+// putTurn and putCall keep a turn and a tool call of a for the writers.
+func (r *Run) putTurn(a *Attempt, t *Turn) error {
 	rec := turnRecord{T: t, Text: t.text, TokAt: t.tokensAt, TokLen: t.tokensLen}
 	if r.forTables {
 		if err := r.rows.set(turnKey(t.Seq), &rec); err != nil {
@@ -670,12 +674,12 @@ func (r *Run) putTurn(t *Turn) error {
 		}
 	}
 	if r.forTrajectories {
-		return r.rows.set(attemptTurnKey(t), &rec)
+		return r.rows.set(attemptTurnKey(a.ord, t), &rec)
 	}
 	return nil
 }
 
-func (r *Run) putCall(c *ToolCall) error {
+func (r *Run) putCall(a *Attempt, c *ToolCall) error {
 	rec := callRecord{C: c, Input: c.input, Output: c.output}
 	if r.forTables {
 		if err := r.rows.set(callKey(c.Seq), &rec); err != nil {
@@ -683,7 +687,7 @@ func (r *Run) putCall(c *ToolCall) error {
 		}
 	}
 	if r.forTrajectories {
-		return r.rows.set(attemptCallKey(c), &rec)
+		return r.rows.set(attemptCallKey(a.ord, c), &rec)
 	}
 	return nil
 }
@@ -723,7 +727,7 @@ func (r *Run) judge(m *projections.Manifest) error {
 				if r.forTrajectories {
 					// Beside the attempt's turns: a trajectory reads its
 					// judgements in one scan, not a lookup a turn.
-					if err := r.rows.set(attemptJudgementKey(ba.Attempt, bt.Partition, bt.Offset), &j); err != nil {
+					if err := r.rows.set(attemptJudgementKey(a.ord, bt.Partition, bt.Offset), &j); err != nil {
 						return err
 					}
 				}

@@ -23,7 +23,7 @@ func manyAttemptsRun(t *testing.T) *Run {
 	for i := range 100_000 {
 		id := fmt.Sprintf("attempt-%08d-", i)
 		id += strings.Repeat("x", 200-len(id))
-		err := r.putTurn(&Turn{Seq: uint64(i + 1), Offset: int64(i), Attempt: id, Turn: i % 7,
+		err := r.putTurn(&Attempt{Attempt: id, ord: uint64(i + 1)}, &Turn{Seq: uint64(i + 1), Offset: int64(i), Attempt: id, Turn: i % 7,
 			SegmentStarts: []int64{0}, SegmentVersions: []int64{int64(i / 1000)}, Finish: "stop"})
 		if err != nil {
 			t.Fatal(err)

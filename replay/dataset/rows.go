@@ -24,15 +24,21 @@ import (
 // windows.
 //
 // Keys (integers big-endian; a signed one with its sign bit flipped, so
-// that byte order is numeric order; an attempt id length-prefixed, so no
-// id's keys fall among another's):
+// that byte order is numeric order):
 //
 //	't' seq                        a turn, for the turns table
 //	'c' seq                        a tool call, for the tool_calls table
-//	'T' attempt turn seq           a turn, for its attempt's trajectory
-//	'C' attempt turn call seq      a tool call, for its attempt's trajectory
+//	'T' ordinal turn seq           a turn, for its attempt's trajectory
+//	'C' ordinal turn call seq      a tool call, for its attempt's trajectory
 //	'j' partition offset           the judgement of the turn at that position
-//	'J' attempt partition offset   the same, for its attempt's trajectory
+//	'J' ordinal partition offset   the same, for its attempt's trajectory
+//
+// An attempt's ordinal numbers it in the order the fold first met it
+// (attempts.go), not by its id: the rows of the attempts in flight are then
+// written at the end of the key space, and the trajectories, read in the
+// order the attempts started, are read nearly in key order. Keyed by id
+// (random), every write landed among all the rows before it, and at 50 M
+// facts the store's compactions halved the messages export's rate.
 const (
 	keyTurn             = 't'
 	keyCall             = 'c'
@@ -160,21 +166,26 @@ func (s *rowStore) close() error {
 
 func appendSigned(b []byte, v int64) []byte { return binary.BigEndian.AppendUint64(b, uint64(v)^1<<63) }
 
-// attemptPrefix is the start of an attempt's keys of kind k.
+// attemptPrefix is the start of an attempt's summary key, by its id
+// (length-prefixed, so no id's key falls among another's).
 func attemptPrefix(k byte, attempt string) []byte {
 	b := binary.AppendUvarint([]byte{k}, uint64(len(attempt)))
 	return append(b, attempt...)
 }
 
+// ordinalPrefix is the start of the keys of kind k of the attempt with
+// ordinal ord.
+func ordinalPrefix(k byte, ord uint64) []byte { return binary.BigEndian.AppendUint64([]byte{k}, ord) }
+
 func turnKey(seq uint64) []byte { return binary.BigEndian.AppendUint64([]byte{keyTurn}, seq) }
 func callKey(seq uint64) []byte { return binary.BigEndian.AppendUint64([]byte{keyCall}, seq) }
 
-func attemptTurnKey(t *Turn) []byte {
-	return binary.BigEndian.AppendUint64(appendSigned(attemptPrefix(keyAttemptTurn, t.Attempt), int64(t.Turn)), t.Seq)
+func attemptTurnKey(ord uint64, t *Turn) []byte {
+	return binary.BigEndian.AppendUint64(appendSigned(ordinalPrefix(keyAttemptTurn, ord), int64(t.Turn)), t.Seq)
 }
 
-func attemptCallKey(c *ToolCall) []byte {
-	b := appendSigned(appendSigned(attemptPrefix(keyAttemptCall, c.Attempt), int64(c.Turn)), int64(c.Call))
+func attemptCallKey(ord uint64, c *ToolCall) []byte {
+	b := appendSigned(appendSigned(ordinalPrefix(keyAttemptCall, ord), int64(c.Turn)), int64(c.Call))
 	return binary.BigEndian.AppendUint64(b, c.Seq)
 }
 
@@ -182,8 +193,8 @@ func judgementKey(partition int32, offset int64) []byte {
 	return appendSigned(binary.BigEndian.AppendUint32([]byte{keyJudgement}, uint32(partition)), offset)
 }
 
-func attemptJudgementKey(attempt string, partition int32, offset int64) []byte {
-	return appendSigned(binary.BigEndian.AppendUint32(attemptPrefix(keyAttemptJudgement, attempt), uint32(partition)), offset)
+func attemptJudgementKey(ord uint64, partition int32, offset int64) []byte {
+	return appendSigned(binary.BigEndian.AppendUint32(ordinalPrefix(keyAttemptJudgement, ord), uint32(partition)), offset)
 }
 
 // turnRecord is a turn as stored, with where its text and tokens are.
@@ -325,7 +336,7 @@ func (r *Run) trajectory(a *Attempt) error {
 	// The attempt's judgements by key: a turn's is found under the key
 	// its position makes.
 	judged := map[string]judgement{}
-	err := r.rows.scanKeys(attemptPrefix(keyAttemptJudgement, a.Attempt), func(k, v []byte) error {
+	err := r.rows.scanKeys(ordinalPrefix(keyAttemptJudgement, a.ord), func(k, v []byte) error {
 		var j judgement
 		if err := json.Unmarshal(v, &j); err != nil {
 			return fmt.Errorf("dataset: row store: %w", err)
@@ -336,10 +347,10 @@ func (r *Run) trajectory(a *Attempt) error {
 	if err != nil {
 		return err
 	}
-	err = r.rows.scan(attemptPrefix(keyAttemptTurn, a.Attempt), func(v []byte) error {
+	err = r.rows.scan(ordinalPrefix(keyAttemptTurn, a.ord), func(v []byte) error {
 		t, err := decodeTurnRecord(v)
 		if err == nil {
-			if j, ok := judged[string(attemptJudgementKey(a.Attempt, t.Partition, t.Offset))]; ok {
+			if j, ok := judged[string(attemptJudgementKey(a.ord, t.Partition, t.Offset))]; ok {
 				j.apply(t)
 			}
 			a.turns = append(a.turns, t)
@@ -349,7 +360,7 @@ func (r *Run) trajectory(a *Attempt) error {
 	if err != nil {
 		return err
 	}
-	return r.rows.scan(attemptPrefix(keyAttemptCall, a.Attempt), func(v []byte) error {
+	return r.rows.scan(ordinalPrefix(keyAttemptCall, a.ord), func(v []byte) error {
 		c, err := decodeCall(v)
 		a.calls = append(a.calls, c)
 		return err
