@@ -297,9 +297,11 @@ func TestCatalogueV2MigrationBackfills(t *testing.T) {
 
 // Migration 00006's attempt_summary holds, for each attempt, its first
 // attempt.started and first reward.computed in log order, whether any
-// attempt.failed names it, and its compactions summed: from the rows stored
-// before the migration (the backfill), and then from rows inserted in any
-// order, several to a statement or one at a time (the triggers).
+// attempt.failed names it, and its compactions summed; 00008 adds the
+// purpose of the first group.started of its group in log order and its
+// turns and tokens summed: from the rows stored before the migrations (the
+// backfills), and then from rows inserted in any order, several to a
+// statement or one at a time (the triggers).
 func TestAttemptSummaryFirstInLogOrder(t *testing.T) {
 	url := testenv.Postgres(t)
 	ctx := context.Background()
@@ -341,54 +343,170 @@ func TestAttemptSummaryFirstInLogOrder(t *testing.T) {
 		exec(`INSERT INTO compactions (event_id, run, producer, at, log_partition, log_offset, attempt, turn, tokens_before, tokens_after)
 			VALUES (gen_random_uuid(), 'r', 'e', now(), 0, $1, $2, 1, $3, $4)`, off, a, before, after)
 	}
+	grouped := func(rows ...string) { // "group offset purpose"
+		var vals []string
+		for _, r := range rows {
+			var g, purpose string
+			var off int
+			fmt.Sscan(r, &g, &off, &purpose)
+			vals = append(vals, fmt.Sprintf("(gen_random_uuid(), 'r', 'e', now(), 0, %d, '%s', 'task-%s', 4, '%s')", off, g, g, purpose))
+		}
+		exec(`INSERT INTO groups (event_id, run, producer, at, log_partition, log_offset, group_id, task, size, purpose)
+			VALUES ` + strings.Join(vals, ", "))
+	}
+	turned := func(a string, off, prompt, cached, completion int) {
+		exec(`INSERT INTO turns (event_id, run, producer, at, log_partition, log_offset, attempt, turn, policy_version,
+				prompt_tokens, completion_tokens, cached_tokens, observation_tokens, inline_tokens, finish, latency_ms,
+				segment_starts, segment_versions)
+			VALUES (gen_random_uuid(), 'r', 'e', now(), 0, $1, $2, 1, 0, $3, $4, $5, 0, 0, 'stop', 1, '{0}', '{0}')`,
+			off, a, prompt, completion, cached)
+	}
 
 	// Before the migration: a1 started twice (offset 3 is first), rewarded
-	// twice (offset 8 is first), compacted twice; a2 only failed.
+	// twice (offset 8 is first), compacted twice, with two turns and its
+	// group stored; a2 only failed.
 	started("a1 10 g-late", "a1 3 g-first")
 	rewarded("a1 12 false", "a1 8 true")
 	compacted("a1", 5, 100, 40)
 	compacted("a1", 6, 90, 30)
 	failed("a2", 7)
+	grouped("g-first 1 train", "g-late 2 eval")
+	turned("a1", 4, 100, 10, 7)
+	turned("a1", 9, 200, 150, 9)
 	if _, err := pgsink.Migrate(ctx, url, schema, nil); err != nil {
 		t.Fatal(err)
 	}
 	// After it: a3's starts arrive late first, then earlier, then later
 	// still; a4's two starts and two rewards each come in one statement.
+	// Groups: g-15 is stored before a3's start, as eval, then a
+	// group.started of lower offset as train; g-45 only after a4's
+	// starts; g-30 (not a3's first) as probe. a3's turns come before any
+	// of its starts, a5's with no start at all.
+	grouped("g-15 14 eval")
+	turned("a3", 12, 50, 0, 5)
 	started("a3 20 g-20")
 	started("a3 15 g-15")
+	grouped("g-15 11 train", "g-30 29 probe")
 	started("a3 30 g-30")
 	rewarded("a3 40 false")
 	rewarded("a3 33 true")
 	started("a4 50 g-50", "a4 45 g-45")
+	grouped("g-45 44 probe", "g-50 49 eval")
 	rewarded("a4 60 true", "a4 55 false")
 	failed("a4", 61)
 	failed("a4", 62)
 	compacted("a4", 52, 10, 4)
 	failed("a1", 70)
 	compacted("a1", 71, 50, 10)
+	turned("a1", 72, 30, 0, 3)
+	turned("a3", 41, 60, 20, 6)
+	turned("a5", 80, 1, 1, 1)
 
+	// attempt, started, group, task, rewarded, passed, infra failed,
+	// compactions, tokens before and after, purpose, turns, prompt,
+	// cached and completion tokens.
 	want := []string{
-		"a1 3 g-first task-g-first 8 true true 3 240 80",
-		"a2 - - - - - true 0 0 0",
-		"a3 15 g-15 task-g-15 33 true false 0 0 0",
-		"a4 45 g-45 task-g-45 55 false true 1 10 4",
+		"a1 3 g-first task-g-first 8 true true 3 240 80 train 3 330 160 19",
+		"a2 - - - - - true 0 0 0 - 0 0 0 0",
+		"a3 15 g-15 task-g-15 33 true false 0 0 0 train 2 110 20 11",
+		"a4 45 g-45 task-g-45 55 false true 1 10 4 probe 0 0 0 0",
+		"a5 - - - - - false 0 0 0 - 1 1 1 1",
 	}
 	rows, err := db.QueryContext(ctx, `SELECT attempt, coalesce(started_offset::text, '-'), coalesce(group_id, '-'), coalesce(task, '-'),
 		coalesce(rewarded_offset::text, '-'), coalesce(passed::text, '-'), infra_failed, compactions,
-		compacted_tokens_before, compacted_tokens_after FROM attempt_summary WHERE run = 'r' ORDER BY attempt`)
+		compacted_tokens_before, compacted_tokens_after, coalesce(purpose, '-'), turns, prompt_tokens, cached_tokens,
+		completion_tokens FROM attempt_summary WHERE run = 'r' ORDER BY attempt`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rows.Close()
 	var got []string
 	for rows.Next() {
-		var c [10]string
-		if err := rows.Scan(&c[0], &c[1], &c[2], &c[3], &c[4], &c[5], &c[6], &c[7], &c[8], &c[9]); err != nil {
+		var c [15]string
+		ptrs := make([]any, len(c))
+		for i := range c {
+			ptrs[i] = &c[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
 			t.Fatal(err)
 		}
 		got = append(got, strings.Join(c[:], " "))
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("attempt_summary:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// Migration 00008 moves the costs' inputs onto attempt_summary; undone and
+// done again, attempt_costs and run_costs answer the same rows each time.
+func TestCostsMigrationRoundTrip(t *testing.T) {
+	url := testenv.Postgres(t)
+	ctx := context.Background()
+	schema, db := migratedTo(t, url, 8)
+	for _, q := range []string{
+		`INSERT INTO groups (event_id, run, producer, at, log_partition, log_offset, group_id, task, size, purpose) VALUES
+			(gen_random_uuid(), 'r', 'e', now(), 0, 1, 'g1', 't1', 2, 'train'),
+			(gen_random_uuid(), 'r', 'e', now(), 0, 2, 'g2', 't2', 2, 'probe')`,
+		`INSERT INTO attempts (event_id, run, producer, at, log_partition, log_offset, attempt, group_id, task, engine, vm, fork_ms, retry_of) VALUES
+			(gen_random_uuid(), 'r', 'e', now(), 0, 3, 'a1', 'g1', 't1', 'eng', 'vm', 5, NULL),
+			(gen_random_uuid(), 'r', 'e', now(), 0, 4, 'a2', 'g1', 't1', 'eng', 'vm', 5, NULL),
+			(gen_random_uuid(), 'r', 'e', now(), 0, 5, 'a3', 'g2', 't2', 'eng', 'vm', 5, NULL)`,
+		`INSERT INTO turns (event_id, run, producer, at, log_partition, log_offset, attempt, turn, policy_version,
+				prompt_tokens, completion_tokens, cached_tokens, observation_tokens, inline_tokens, finish, latency_ms,
+				segment_starts, segment_versions) VALUES
+			(gen_random_uuid(), 'r', 'e', now(), 0, 6, 'a1', 1, 0, 1000, 50, 200, 0, 0, 'stop', 1, '{0}', '{0}'),
+			(gen_random_uuid(), 'r', 'e', now(), 0, 7, 'a1', 2, 0, 1500, 70, 900, 0, 0, 'stop', 1, '{0}', '{0}'),
+			(gen_random_uuid(), 'r', 'e', now(), 0, 8, 'a3', 1, 0, 800, 40, 0, 0, 0, 'stop', 1, '{0}', '{0}')`,
+		`INSERT INTO rewards (event_id, run, producer, at, log_partition, log_offset, attempt, passed, tests_passed, tests_total, verifier) VALUES
+			(gen_random_uuid(), 'r', 'v', now(), 0, 9, 'a1', true, 1, 1, 'tests'),
+			(gen_random_uuid(), 'r', 'v', now(), 0, 10, 'a3', false, 0, 1, 'tests')`,
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	costs := func() string {
+		t.Helper()
+		var out []string
+		for _, q := range []string{
+			`SELECT attempt || ' ' || coalesce(purpose, '-') || ' ' || turns || ' ' || prompt_tokens || ' ' || cached_tokens || ' ' ||
+				completion_tokens || ' ' || round(cost_usd::numeric, 9) || ' ' || coalesce(passed::text, '-') FROM attempt_costs ORDER BY attempt`,
+			`SELECT purpose || ' ' || attempts || ' ' || solves || ' ' || solved_tasks || ' ' || round(cost_usd::numeric, 9) FROM run_costs ORDER BY purpose`,
+		} {
+			rows, err := db.QueryContext(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for rows.Next() {
+				var s string
+				if err := rows.Scan(&s); err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, s)
+			}
+			rows.Close()
+		}
+		return strings.Join(out, "\n")
+	}
+	want := costs()
+	if !strings.Contains(want, "a1 train 2 2500 1100 120") || !strings.Contains(want, "a2 train 0 0 0 0") {
+		t.Fatalf("attempt_costs before the round trip:\n%s", want)
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS,
+		goose.WithTableName(schema+".goose_db_version"), goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.DownTo(ctx, 7); err != nil {
+		t.Fatal(err)
+	}
+	if got := costs(); got != want {
+		t.Errorf("after 00008 was undone:\n%s\nwant:\n%s", got, want)
+	}
+	if _, err := p.UpTo(ctx, 8); err != nil {
+		t.Fatal(err)
+	}
+	if got := costs(); got != want {
+		t.Errorf("after 00008 was done again:\n%s\nwant:\n%s", got, want)
 	}
 }
