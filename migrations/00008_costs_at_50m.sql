@@ -12,7 +12,8 @@
 -- - The multi-segment turns query chose a scan of every turn over its
 --   partial index: with no statistics on cardinality(segment_versions) the
 --   planner guessed a third of the run's turns had more than one segment
---   (6.5 M of 23 M; 150 K do). Statistics on that expression fix the guess.
+--   (6.5 M of 23 M; 150 K do). Statistics on that expression fix the guess
+--   (statistics on expressions need PostgreSQL 14 or later).
 --
 -- The purpose is the one of the group's first group.started in log order,
 -- as the views had it, whichever order the sink stores the facts in: an
