@@ -15,6 +15,7 @@ import (
 	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
 	"github.com/rolloutledger/rolloutledger/events"
 	"github.com/rolloutledger/rolloutledger/internal/foldstore"
+	"github.com/rolloutledger/rolloutledger/internal/procstatus"
 	"github.com/rolloutledger/rolloutledger/projections"
 	"github.com/rolloutledger/rolloutledger/replay"
 )
@@ -130,20 +131,8 @@ func TestExportMemoryChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := json.Marshal(memorySample{Facts: res.Facts, PeakMiB: peakRSS(), Seconds: time.Since(start).Seconds()})
+	b, _ := json.Marshal(memorySample{Facts: res.Facts, PeakMiB: procstatus.MiB(procstatus.PeakRSS()), Seconds: time.Since(start).Seconds()})
 	fmt.Printf("%s\n", b)
-}
-
-// peakRSS is the process's peak resident set size (VmHWM), in MiB.
-func peakRSS() float64 {
-	status, _ := os.ReadFile("/proc/self/status")
-	for line := range strings.SplitSeq(string(status), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
-			kb, _ := strconv.ParseFloat(f[1], 64)
-			return kb / 1024
-		}
-	}
-	return 0
 }
 
 // writeSimArchive generates a run, folds it into a scratch store to

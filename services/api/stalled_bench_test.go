@@ -3,15 +3,14 @@ package api
 import (
 	"context"
 	"net"
-	"os"
 	"runtime"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rolloutledger/rolloutledger/internal/httpx"
+	"github.com/rolloutledger/rolloutledger/internal/procstatus"
 )
 
 // BenchmarkStalledSamplesReaders measures what 150 clients that ask for a
@@ -90,12 +89,5 @@ func memNow() (heap, rss uint64) {
 	debug.FreeOSMemory()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	b, _ := os.ReadFile("/proc/self/status")
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if f := strings.Fields(line); len(f) == 3 && f[0] == "VmRSS:" {
-			kb, _ := strconv.ParseUint(f[1], 10, 64)
-			rss = kb << 10
-		}
-	}
-	return ms.HeapInuse, rss
+	return ms.HeapInuse, procstatus.RSS()
 }

@@ -2,10 +2,7 @@ package projector
 
 import (
 	"log/slog"
-	"os"
 	"runtime"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -13,6 +10,7 @@ import (
 	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
 	"github.com/rolloutledger/rolloutledger/events"
 	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
+	"github.com/rolloutledger/rolloutledger/internal/procstatus"
 	"github.com/rolloutledger/rolloutledger/projections"
 )
 
@@ -80,13 +78,5 @@ func memNow() (heap, rss float64) {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	heap = float64(ms.HeapInuse) / (1 << 20)
-	status, _ := os.ReadFile("/proc/self/status")
-	for _, line := range strings.Split(string(status), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
-			kb, _ := strconv.ParseFloat(f[1], 64)
-			rss = kb / 1024
-		}
-	}
-	return heap, rss
+	return procstatus.MiB(ms.HeapInuse), procstatus.MiB(procstatus.RSS())
 }

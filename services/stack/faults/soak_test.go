@@ -8,7 +8,6 @@ import (
 	"os"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
+	"github.com/rolloutledger/rolloutledger/internal/procstatus"
 	"github.com/rolloutledger/rolloutledger/internal/testenv"
 	"github.com/rolloutledger/rolloutledger/services/pgsink"
 	"github.com/rolloutledger/rolloutledger/services/stack"
@@ -310,30 +310,15 @@ func serviceMemory() (kafka, pg uint64) {
 		comm, _ := os.ReadFile("/proc/" + pid + "/comm")
 		switch name := strings.TrimSpace(string(comm)); {
 		case name == "postgres":
-			pg += statusField("/proc/"+pid+"/smaps_rollup", "Pss:")
+			pg += procstatus.Field("/proc/"+pid+"/smaps_rollup", "Pss")
 		case name == "java":
 			cmdline, _ := os.ReadFile("/proc/" + pid + "/cmdline")
 			if strings.Contains(string(cmdline), "kafka.Kafka") {
-				kafka += statusField("/proc/"+pid+"/status", "VmRSS:")
+				kafka += procstatus.Field("/proc/"+pid+"/status", "VmRSS")
 			}
 		}
 	}
 	return kafka, pg
-}
-
-// statusField reads a "Name:   123 kB" line of a /proc file, in bytes.
-func statusField(path, name string) uint64 {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return 0
-	}
-	for line := range strings.SplitSeq(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, name); ok {
-			kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
 }
 
 func median(xs []int64) int64 {
@@ -362,7 +347,7 @@ func maxRSS(ss []soakSample) uint64 {
 func mib(b uint64) float64 { return float64(b) / (1 << 20) }
 
 // rss is the process's resident set size, from /proc/self/status.
-func rss() uint64 { return statusField("/proc/self/status", "VmRSS:") }
+func rss() uint64 { return procstatus.RSS() }
 
 // logCounter counts the warnings and errors logged through its handlers
 // and keeps the last few messages.

@@ -16,6 +16,7 @@ import (
 	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
 	"github.com/rolloutledger/rolloutledger/events"
 	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
+	"github.com/rolloutledger/rolloutledger/internal/procstatus"
 	"github.com/rolloutledger/rolloutledger/services/projector"
 )
 
@@ -113,15 +114,7 @@ func memNow() (rss, heap float64) {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	heap = float64(ms.HeapInuse) / (1 << 20)
-	status, _ := os.ReadFile("/proc/self/status")
-	for line := range strings.SplitSeq(string(status), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
-			kb, _ := strconv.ParseFloat(f[1], 64)
-			rss = kb / 1024
-		}
-	}
-	return rss, heap
+	return procstatus.MiB(procstatus.RSS()), procstatus.MiB(ms.HeapInuse)
 }
 
 func memoryFigures(ctx context.Context, e *env) ([]*Figure, error) {

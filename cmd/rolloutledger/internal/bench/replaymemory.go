@@ -19,6 +19,7 @@ import (
 	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
 	"github.com/rolloutledger/rolloutledger/events"
 	"github.com/rolloutledger/rolloutledger/internal/foldstore"
+	"github.com/rolloutledger/rolloutledger/internal/procstatus"
 	"github.com/rolloutledger/rolloutledger/projections"
 	"github.com/rolloutledger/rolloutledger/replay"
 )
@@ -69,16 +70,7 @@ func runReplayChild(ctx context.Context, out *json.Encoder) error {
 }
 
 // peakRSS is the process's peak resident set size (VmHWM), in MiB.
-func peakRSS() float64 {
-	status, _ := os.ReadFile("/proc/self/status")
-	for line := range strings.SplitSeq(string(status), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
-			kb, _ := strconv.ParseFloat(f[1], 64)
-			return kb / 1024
-		}
-	}
-	return 0
-}
+func peakRSS() float64 { return procstatus.MiB(procstatus.PeakRSS()) }
 
 func replayMemorySizes(o Options) []int {
 	if len(o.ReplayMemory) > 0 {
