@@ -1,8 +1,8 @@
--- The analysts' queries on one run of 50 M facts (625 K attempts, 23 M
+-- The analysts' queries on one run of 50 M facts (623 K attempts, 23 M
 -- turns), where three of them passed a second:
 --
 -- - attempt_costs and run_costs joined each of a run's attempt_summary rows
---   to attempt_tokens and to its group's first groups row, hashing 625 K
+--   to attempt_tokens and to its group's first groups row, hashing 623 K
 --   rows twice (run_costs reads attempt_costs twice: per purpose and for
 --   the whole run), 1.6 s. attempt_summary now carries the attempt's turn
 --   and token totals (kept from turns by the trigger that kept

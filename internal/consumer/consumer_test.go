@@ -138,6 +138,13 @@ func (f *fullSession) Rewind(ctx context.Context, p tp, from int64) error {
 	return (&rewindSession{f.memSession}).Rewind(ctx, p, from)
 }
 
+// idled says a session was told the log was idle.
+func (s *memStore) idled() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.idles > 0
+}
+
 func (s *memStore) total() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -331,7 +338,7 @@ func TestAnotherLogUnderTheSameNames(t *testing.T) {
 			} else {
 				want -= int(ends[past.Partition])
 			}
-			runUntil(t, s, o, func() bool { return s.total() >= want && s.idles > 0 })
+			runUntil(t, s, o, func() bool { return s.total() >= want && s.idled() })
 			if got := s.total(); got != want {
 				t.Errorf("%d values committed, want %d", got, want)
 			}
