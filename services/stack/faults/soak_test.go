@@ -132,7 +132,7 @@ func TestSoak(t *testing.T) {
 	sample := func(start time.Time) soakSample {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		smp := soakSample{at: time.Since(start), acked: acked.Load(), rssBytes: rss(),
+		smp := soakSample{at: time.Since(start), acked: acked.Load(), rssBytes: procstatus.RSS(),
 			warnings: counter.warnings.Load(), errs: counter.errors.Load(),
 			fetched: fetched.Load(), fetches: fetches.Load(), fetchTime: time.Duration(fetchNanos.Load())}
 		smp.kafkaRSS, smp.pgPSS = serviceMemory()
@@ -182,7 +182,7 @@ loop:
 		}
 		samples = append(samples, smp)
 		fmt.Printf("%8s %10d %9.0f %10d %10d %9.1f %9.1f %9.1f %9.1f %7d %9.1f %5d %5d\n", smp.at.Round(time.Second), smp.acked, rate,
-			smp.projLag, smp.sinkLag, mib(smp.rssBytes), mib(smp.heapUsed), mib(smp.kafkaRSS), mib(smp.pgPSS), smp.fetches, fetchRate,
+			smp.projLag, smp.sinkLag, procstatus.MiB(smp.rssBytes), procstatus.MiB(smp.heapUsed), procstatus.MiB(smp.kafkaRSS), procstatus.MiB(smp.pgPSS), smp.fetches, fetchRate,
 			smp.warnings, smp.errs)
 	}
 	loadTime := time.Since(start)
@@ -272,10 +272,10 @@ soak summary
 `, loadTime.Round(time.Second), runs, *soakRuns, *soakRate, *soakTokens, last.acked, float64(last.acked)/loadTime.Seconds(),
 		slices.Max(projLags), median(projLags), last.projLag,
 		slices.Max(sinkLags), median(sinkLags), last.sinkLag, catchUp.Round(time.Millisecond),
-		meanOf(first, rssOf), meanOf(lastFifth, rssOf), mib(maxRSS(samples)),
+		meanOf(first, rssOf), meanOf(lastFifth, rssOf), procstatus.MiB(maxRSS(samples)),
 		meanOf(first, kafkaOf), meanOf(lastFifth, kafkaOf), meanOf(first, pgOf), meanOf(lastFifth, pgOf),
 		last.fetches, float64(last.fetched)/1e6, fetchFirst, fetchLast,
-		folded, want, folded-want, len(loads), mib(last.heapUsed),
+		folded, want, folded-want, len(loads), procstatus.MiB(last.heapUsed),
 		counter.warnings.Load(), counter.errors.Load(), len(pushErrs), facts)
 	for _, w := range counter.lastMessages() {
 		fmt.Println("  logged:", w)
@@ -333,7 +333,7 @@ func meanOf(ss []soakSample, f func(soakSample) uint64) float64 {
 	for _, s := range ss {
 		sum += f(s)
 	}
-	return mib(sum / uint64(len(ss)))
+	return procstatus.MiB(sum / uint64(len(ss)))
 }
 
 func maxRSS(ss []soakSample) uint64 {
@@ -343,11 +343,6 @@ func maxRSS(ss []soakSample) uint64 {
 	}
 	return m
 }
-
-func mib(b uint64) float64 { return float64(b) / (1 << 20) }
-
-// rss is the process's resident set size, from /proc/self/status.
-func rss() uint64 { return procstatus.RSS() }
 
 // logCounter counts the warnings and errors logged through its handlers
 // and keeps the last few messages.
