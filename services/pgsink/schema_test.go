@@ -306,73 +306,19 @@ func TestAttemptSummaryFirstInLogOrder(t *testing.T) {
 	url := testenv.Postgres(t)
 	ctx := context.Background()
 	schema, db := migratedTo(t, url, 5)
-	exec := func(q string, args ...any) {
-		t.Helper()
-		if _, err := db.ExecContext(ctx, q, args...); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	started := func(rows ...string) { // "attempt offset group"
-		var vals []string
-		for _, r := range rows {
-			var a, g string
-			var off int
-			fmt.Sscan(r, &a, &off, &g)
-			vals = append(vals, fmt.Sprintf("(gen_random_uuid(), 'r', 'e', now(), 0, %d, '%s', '%s', 'task-%s', 'eng', 'vm', %d, NULL)", off, a, g, g, off))
-		}
-		exec(`INSERT INTO attempts (event_id, run, producer, at, log_partition, log_offset, attempt, group_id, task, engine, vm, fork_ms, retry_of)
-			VALUES ` + strings.Join(vals, ", "))
-	}
-	rewarded := func(rows ...string) { // "attempt offset passed"
-		var vals []string
-		for _, r := range rows {
-			var a string
-			var off int
-			var passed bool
-			fmt.Sscan(r, &a, &off, &passed)
-			vals = append(vals, fmt.Sprintf("(gen_random_uuid(), 'r', 'v', now(), 0, %d, '%s', %t, 1, 2, 'tests')", off, a, passed))
-		}
-		exec(`INSERT INTO rewards (event_id, run, producer, at, log_partition, log_offset, attempt, passed, tests_passed, tests_total, verifier)
-			VALUES ` + strings.Join(vals, ", "))
-	}
-	failed := func(a string, off int) {
-		exec(`INSERT INTO attempt_failures (event_id, run, producer, at, log_partition, log_offset, attempt, reason)
-			VALUES (gen_random_uuid(), 'r', 'e', now(), 0, $1, $2, 'vm_lost')`, off, a)
-	}
-	compacted := func(a string, off, before, after int) {
-		exec(`INSERT INTO compactions (event_id, run, producer, at, log_partition, log_offset, attempt, turn, tokens_before, tokens_after)
-			VALUES (gen_random_uuid(), 'r', 'e', now(), 0, $1, $2, 1, $3, $4)`, off, a, before, after)
-	}
-	grouped := func(rows ...string) { // "group offset purpose"
-		var vals []string
-		for _, r := range rows {
-			var g, purpose string
-			var off int
-			fmt.Sscan(r, &g, &off, &purpose)
-			vals = append(vals, fmt.Sprintf("(gen_random_uuid(), 'r', 'e', now(), 0, %d, '%s', 'task-%s', 4, '%s')", off, g, g, purpose))
-		}
-		exec(`INSERT INTO groups (event_id, run, producer, at, log_partition, log_offset, group_id, task, size, purpose)
-			VALUES ` + strings.Join(vals, ", "))
-	}
-	turned := func(a string, off, prompt, cached, completion int) {
-		exec(`INSERT INTO turns (event_id, run, producer, at, log_partition, log_offset, attempt, turn, policy_version,
-				prompt_tokens, completion_tokens, cached_tokens, observation_tokens, inline_tokens, finish, latency_ms,
-				segment_starts, segment_versions)
-			VALUES (gen_random_uuid(), 'r', 'e', now(), 0, $1, $2, 1, 0, $3, $4, $5, 0, 0, 'stop', 1, '{0}', '{0}')`,
-			off, a, prompt, completion, cached)
-	}
+	f := summaryFacts{t, db}
 
 	// Before the migration: a1 started twice (offset 3 is first), rewarded
 	// twice (offset 8 is first), compacted twice, with two turns and its
 	// group stored; a2 only failed.
-	started("a1 10 g-late", "a1 3 g-first")
-	rewarded("a1 12 false", "a1 8 true")
-	compacted("a1", 5, 100, 40)
-	compacted("a1", 6, 90, 30)
-	failed("a2", 7)
-	grouped("g-first 1 train", "g-late 2 eval")
-	turned("a1", 4, 100, 10, 7)
-	turned("a1", 9, 200, 150, 9)
+	f.started("a1 10 g-late", "a1 3 g-first")
+	f.rewarded("a1 12 false", "a1 8 true")
+	f.compacted("a1", 5, 100, 40)
+	f.compacted("a1", 6, 90, 30)
+	f.failed("a2", 7)
+	f.grouped("g-first 1 train", "g-late 2 eval")
+	f.turned("a1", 4, 100, 10, 7)
+	f.turned("a1", 9, 200, 150, 9)
 	if _, err := pgsink.Migrate(ctx, url, schema, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -382,25 +328,25 @@ func TestAttemptSummaryFirstInLogOrder(t *testing.T) {
 	// group.started of lower offset as train; g-45 only after a4's
 	// starts; g-30 (not a3's first) as probe. a3's turns come before any
 	// of its starts, a5's with no start at all.
-	grouped("g-15 14 eval")
-	turned("a3", 12, 50, 0, 5)
-	started("a3 20 g-20")
-	started("a3 15 g-15")
-	grouped("g-15 11 train", "g-30 29 probe")
-	started("a3 30 g-30")
-	rewarded("a3 40 false")
-	rewarded("a3 33 true")
-	started("a4 50 g-50", "a4 45 g-45")
-	grouped("g-45 44 probe", "g-50 49 eval")
-	rewarded("a4 60 true", "a4 55 false")
-	failed("a4", 61)
-	failed("a4", 62)
-	compacted("a4", 52, 10, 4)
-	failed("a1", 70)
-	compacted("a1", 71, 50, 10)
-	turned("a1", 72, 30, 0, 3)
-	turned("a3", 41, 60, 20, 6)
-	turned("a5", 80, 1, 1, 1)
+	f.grouped("g-15 14 eval")
+	f.turned("a3", 12, 50, 0, 5)
+	f.started("a3 20 g-20")
+	f.started("a3 15 g-15")
+	f.grouped("g-15 11 train", "g-30 29 probe")
+	f.started("a3 30 g-30")
+	f.rewarded("a3 40 false")
+	f.rewarded("a3 33 true")
+	f.started("a4 50 g-50", "a4 45 g-45")
+	f.grouped("g-45 44 probe", "g-50 49 eval")
+	f.rewarded("a4 60 true", "a4 55 false")
+	f.failed("a4", 61)
+	f.failed("a4", 62)
+	f.compacted("a4", 52, 10, 4)
+	f.failed("a1", 70)
+	f.compacted("a1", 71, 50, 10)
+	f.turned("a1", 72, 30, 0, 3)
+	f.turned("a3", 41, 60, 20, 6)
+	f.turned("a5", 80, 1, 1, 1)
 
 	// attempt, started, group, task, rewarded, passed, infra failed,
 	// compactions, tokens before and after, purpose, turns, prompt,
@@ -443,28 +389,13 @@ func TestCostsMigrationRoundTrip(t *testing.T) {
 	url := testenv.Postgres(t)
 	ctx := context.Background()
 	schema, db := migratedTo(t, url, 8)
-	for _, q := range []string{
-		`INSERT INTO groups (event_id, run, producer, at, log_partition, log_offset, group_id, task, size, purpose) VALUES
-			(gen_random_uuid(), 'r', 'e', now(), 0, 1, 'g1', 't1', 2, 'train'),
-			(gen_random_uuid(), 'r', 'e', now(), 0, 2, 'g2', 't2', 2, 'probe')`,
-		`INSERT INTO attempts (event_id, run, producer, at, log_partition, log_offset, attempt, group_id, task, engine, vm, fork_ms, retry_of) VALUES
-			(gen_random_uuid(), 'r', 'e', now(), 0, 3, 'a1', 'g1', 't1', 'eng', 'vm', 5, NULL),
-			(gen_random_uuid(), 'r', 'e', now(), 0, 4, 'a2', 'g1', 't1', 'eng', 'vm', 5, NULL),
-			(gen_random_uuid(), 'r', 'e', now(), 0, 5, 'a3', 'g2', 't2', 'eng', 'vm', 5, NULL)`,
-		`INSERT INTO turns (event_id, run, producer, at, log_partition, log_offset, attempt, turn, policy_version,
-				prompt_tokens, completion_tokens, cached_tokens, observation_tokens, inline_tokens, finish, latency_ms,
-				segment_starts, segment_versions) VALUES
-			(gen_random_uuid(), 'r', 'e', now(), 0, 6, 'a1', 1, 0, 1000, 50, 200, 0, 0, 'stop', 1, '{0}', '{0}'),
-			(gen_random_uuid(), 'r', 'e', now(), 0, 7, 'a1', 2, 0, 1500, 70, 900, 0, 0, 'stop', 1, '{0}', '{0}'),
-			(gen_random_uuid(), 'r', 'e', now(), 0, 8, 'a3', 1, 0, 800, 40, 0, 0, 0, 'stop', 1, '{0}', '{0}')`,
-		`INSERT INTO rewards (event_id, run, producer, at, log_partition, log_offset, attempt, passed, tests_passed, tests_total, verifier) VALUES
-			(gen_random_uuid(), 'r', 'v', now(), 0, 9, 'a1', true, 1, 1, 'tests'),
-			(gen_random_uuid(), 'r', 'v', now(), 0, 10, 'a3', false, 0, 1, 'tests')`,
-	} {
-		if _, err := db.ExecContext(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	f := summaryFacts{t, db}
+	f.grouped("g1 1 train", "g2 2 probe")
+	f.started("a1 3 g1", "a2 4 g1", "a3 5 g2")
+	f.turned("a1", 6, 1000, 200, 50)
+	f.turned("a1", 7, 1500, 900, 70)
+	f.turned("a3", 8, 800, 0, 40)
+	f.rewarded("a1 9 true", "a3 10 false")
 	costs := func() string {
 		t.Helper()
 		var out []string
@@ -509,4 +440,84 @@ func TestCostsMigrationRoundTrip(t *testing.T) {
 	if got := costs(); got != want {
 		t.Errorf("after 00008 was done again:\n%s\nwant:\n%s", got, want)
 	}
+}
+
+// summaryFacts inserts the rows of run "r" that attempt_summary is kept
+// from, as the sink stores them, several to a statement where a method
+// takes several.
+type summaryFacts struct {
+	t  *testing.T
+	db *sql.DB
+}
+
+func (f summaryFacts) exec(q string, args ...any) {
+	f.t.Helper()
+	if _, err := f.db.ExecContext(context.Background(), q, args...); err != nil {
+		f.t.Fatalf("%s: %v", q, err)
+	}
+}
+
+// started inserts attempt.started rows, each "attempt offset group"; the
+// task is "task-" and the group.
+func (f summaryFacts) started(rows ...string) {
+	f.t.Helper()
+	var vals []string
+	for _, r := range rows {
+		var a, g string
+		var off int
+		fmt.Sscan(r, &a, &off, &g)
+		vals = append(vals, fmt.Sprintf("(gen_random_uuid(), 'r', 'e', now(), 0, %d, '%s', '%s', 'task-%s', 'eng', 'vm', %d, NULL)", off, a, g, g, off))
+	}
+	f.exec(`INSERT INTO attempts (event_id, run, producer, at, log_partition, log_offset, attempt, group_id, task, engine, vm, fork_ms, retry_of)
+		VALUES ` + strings.Join(vals, ", "))
+}
+
+// rewarded inserts reward.computed rows, each "attempt offset passed".
+func (f summaryFacts) rewarded(rows ...string) {
+	f.t.Helper()
+	var vals []string
+	for _, r := range rows {
+		var a string
+		var off int
+		var passed bool
+		fmt.Sscan(r, &a, &off, &passed)
+		vals = append(vals, fmt.Sprintf("(gen_random_uuid(), 'r', 'v', now(), 0, %d, '%s', %t, 1, 2, 'tests')", off, a, passed))
+	}
+	f.exec(`INSERT INTO rewards (event_id, run, producer, at, log_partition, log_offset, attempt, passed, tests_passed, tests_total, verifier)
+		VALUES ` + strings.Join(vals, ", "))
+}
+
+func (f summaryFacts) failed(a string, off int) {
+	f.t.Helper()
+	f.exec(`INSERT INTO attempt_failures (event_id, run, producer, at, log_partition, log_offset, attempt, reason)
+		VALUES (gen_random_uuid(), 'r', 'e', now(), 0, $1, $2, 'vm_lost')`, off, a)
+}
+
+func (f summaryFacts) compacted(a string, off, before, after int) {
+	f.t.Helper()
+	f.exec(`INSERT INTO compactions (event_id, run, producer, at, log_partition, log_offset, attempt, turn, tokens_before, tokens_after)
+		VALUES (gen_random_uuid(), 'r', 'e', now(), 0, $1, $2, 1, $3, $4)`, off, a, before, after)
+}
+
+// grouped inserts group.started rows, each "group offset purpose".
+func (f summaryFacts) grouped(rows ...string) {
+	f.t.Helper()
+	var vals []string
+	for _, r := range rows {
+		var g, purpose string
+		var off int
+		fmt.Sscan(r, &g, &off, &purpose)
+		vals = append(vals, fmt.Sprintf("(gen_random_uuid(), 'r', 'e', now(), 0, %d, '%s', 'task-%s', 4, '%s')", off, g, g, purpose))
+	}
+	f.exec(`INSERT INTO groups (event_id, run, producer, at, log_partition, log_offset, group_id, task, size, purpose)
+		VALUES ` + strings.Join(vals, ", "))
+}
+
+func (f summaryFacts) turned(a string, off, prompt, cached, completion int) {
+	f.t.Helper()
+	f.exec(`INSERT INTO turns (event_id, run, producer, at, log_partition, log_offset, attempt, turn, policy_version,
+			prompt_tokens, completion_tokens, cached_tokens, observation_tokens, inline_tokens, finish, latency_ms,
+			segment_starts, segment_versions)
+		VALUES (gen_random_uuid(), 'r', 'e', now(), 0, $1, $2, 1, 0, $3, $4, $5, 0, 0, 'stop', 1, '{0}', '{0}')`,
+		off, a, prompt, completion, cached)
 }
