@@ -83,6 +83,7 @@ type proxyHealth struct {
 	Status      string `json:"status"`
 	Ledger      string `json:"ledger"`
 	SpoolFacts  int64  `json:"spool_facts"`
+	HeldTurns   int64  `json:"held_turns"`
 	DeadLetters int64  `json:"dead_letters"`
 }
 
@@ -118,7 +119,7 @@ func (p *proxyProc) waitDrained(t *testing.T, d time.Duration) {
 			t.Fatalf("the ledger refused %d of the proxy's facts: %+v", h.DeadLetters, h)
 		}
 		last = h
-		return h.SpoolFacts == 0 && h.Ledger == "ok"
+		return h.SpoolFacts == 0 && h.HeldTurns == 0 && h.Ledger == "ok"
 	})
 }
 

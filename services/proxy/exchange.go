@@ -159,6 +159,9 @@ type exchange struct {
 	// promptIDs is the prompt as ids when the client gave them (token-in).
 	clientIDs []int32
 	sampling  *events.Sampling
+	// body and answer are the request and the engine's answer as they
+	// came, kept only for a held turn (held.go).
+	body, answer []byte
 	// what the answer said
 	cap capture
 }

@@ -32,8 +32,11 @@ const (
 	// and the engine's own work).
 	phaseForward = "forward"
 	// phasePromptIDs: the engine's /apply-template and /tokenize, asked
-	// while it generates.
+	// while it generates, or after the answer for a held turn.
 	phasePromptIDs = "prompt_ids"
+	// phaseHold: a held turn's synced write, before its answer goes out
+	// (held.go); its build and spool_commit come after the answer.
+	phaseHold = "hold"
 	// phasePromptWait: the part of phasePromptIDs still running when the
 	// answer was read, which the harness waits for.
 	phasePromptWait = "prompt_ids_wait"
@@ -77,6 +80,8 @@ func newMetrics(sp *spool) *metrics {
 			func() float64 { return float64(sp.count.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rolloutledger_proxy_spool_bytes", Help: "Bytes of facts in the spool waiting for the ledger."},
 			func() float64 { return float64(sp.queued.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rolloutledger_proxy_held_turns", Help: "Turns answered whose facts wait for their prompt's ids (llama.cpp chat)."},
+			func() float64 { return float64(sp.held.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rolloutledger_proxy_dead_letters", Help: "Facts the ledger refused, kept in the spool."},
 			func() float64 { return float64(sp.dead.Load()) }),
 	)

@@ -15,6 +15,7 @@ import (
 // for them. The engine's version goes into every turn. An engine that
 // gives no ids is reported here, before any turn is lost to it.
 func (s *Server) Probe(ctx context.Context) error {
+	defer s.probeDone.Do(func() { close(s.probed) })
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	base := s.ups[0].String()
@@ -35,26 +36,28 @@ func (s *Server) Probe(ctx context.Context) error {
 		o, _ := parseObj(raw)
 		return o
 	}
+	version := ""
 	switch s.o.Engine {
 	case EngineLlamaCPP:
 		if p := get("/props"); p != nil {
-			s.engineVersion = p.str("build_info")
+			version = p.str("build_info")
 		}
 	case EngineVLLM:
 		if p := get("/version"); p != nil {
-			s.engineVersion = p.str("version")
+			version = p.str("version")
 		}
 	case EngineSGLang:
 		for _, path := range []string{"/server_info", "/get_server_info"} {
 			if p := get(path); p != nil {
-				s.engineVersion = p.str("version")
+				version = p.str("version")
 				break
 			}
 		}
 	}
-	if len(s.engineVersion) > 128 {
-		s.engineVersion = s.engineVersion[:128]
+	if len(version) > 128 {
+		version = version[:128]
 	}
+	s.engineVersion.Store(&version)
 	models := get("/v1/models")
 	model := ""
 	if models != nil {
@@ -91,6 +94,15 @@ func (s *Server) Probe(ctx context.Context) error {
 		return fmt.Errorf("proxy: the %s engine's chat answers carry no usable token ids (ids %d, log-probs %d, completion_tokens %d): turns will be tagged ids_mismatch",
 			s.o.Engine, len(c.ids), len(c.logprobs), c.usageComplete)
 	}
-	s.o.Logger.Info("proxy: engine probed", "engine", s.o.Engine, "version", s.engineVersion, "model", model)
+	s.o.Logger.Info("proxy: engine probed", "engine", s.o.Engine, "version", version, "model", model)
 	return nil
+}
+
+// engineVersionOf is the engine's version as the probe found it ("" before
+// the probe, or when the engine names none).
+func (s *Server) engineVersionOf() string {
+	if v := s.engineVersion.Load(); v != nil {
+		return *v
+	}
+	return ""
 }

@@ -18,10 +18,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	json "github.com/segmentio/encoding/json"
 
+	"github.com/rolloutledger/rolloutledger/events"
 	"github.com/rolloutledger/rolloutledger/internal/httpx"
 )
 
@@ -37,7 +39,10 @@ type Server struct {
 	started       *startedAttempts // --strict's check that the ledger knows an attempt
 	vocab         *registrar
 	ups           []*url.URL
-	engineVersion string
+	engineVersion atomic.Pointer[string] // the probe's, once known
+	probed        chan struct{}          // closed when Probe returns
+	probeDone     sync.Once
+	holding       *holders // settling held turns (held.go)
 	mux           *http.ServeMux
 	wg            sync.WaitGroup
 	cancel        context.CancelFunc
@@ -53,7 +58,7 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{o: o, sp: sp, as: newAttempts(o.IdleAttempt)}
+	s := &Server{o: o, sp: sp, as: newAttempts(o.IdleAttempt), probed: make(chan struct{}), holding: newHolders()}
 	for _, u := range o.Upstreams {
 		pu, _ := url.Parse(strings.TrimRight(u, "/"))
 		s.ups = append(s.ups, pu)
@@ -75,6 +80,9 @@ func (s *Server) now() time.Time { return s.o.Now() }
 // Close. It first asks each engine what it is (its version goes into
 // every turn).
 func (s *Server) Start(ctx context.Context) {
+	if err := s.resumeHeld(); err != nil {
+		s.o.Logger.Error("proxy: reading the turns held before a restart failed; they stay in the spool", "err", err)
+	}
 	ctx, s.cancel = context.WithCancel(ctx)
 	s.wg.Add(2)
 	go func() { defer s.wg.Done(); s.snd.run(ctx) }()
@@ -125,6 +133,7 @@ func (s *Server) Close() error {
 	if s.cancel != nil {
 		s.cancel()
 	}
+	s.holding.close()
 	s.wg.Wait()
 	return s.sp.Close()
 }
@@ -132,8 +141,12 @@ func (s *Server) Close() error {
 // Handler is the proxy's HTTP interface.
 func (s *Server) Handler() http.Handler { return s.mux }
 
-// Pending is how many facts wait for the ledger, and how many it refused.
-func (s *Server) Pending() (waiting, dead int64) { return s.sp.count.Load(), s.sp.dead.Load() }
+// Pending is how many facts (and held turns, whose facts are not built
+// yet) wait for the ledger, and how many facts it refused.
+func (s *Server) Pending() (waiting, dead int64) {
+	held := s.sp.held.Load() // first: a settled turn's facts are counted before it stops being held
+	return held + s.sp.count.Load(), s.sp.dead.Load()
+}
 
 func (s *Server) routes() {
 	mux := http.NewServeMux()
@@ -300,9 +313,12 @@ func (s *Server) record(w http.ResponseWriter, r *http.Request, kind routeKind, 
 	up := s.pick(id)
 	ctx := r.Context()
 	// The prompt's ids: the client's, the answer's, or the engine's
-	// tokenizer's, asked while the engine generates.
+	// tokenizer's, asked while the engine generates or, for a held turn,
+	// after the answer is given.
 	var fetched chan fetchResult
-	if ex.clientIDs == nil && !answerHasPromptIDs(s.o.Engine, kind) {
+	if s.holds(ex) {
+		ex.body = body // asked after the answer is given (held.go)
+	} else if ex.clientIDs == nil && !answerHasPromptIDs(s.o.Engine, kind) {
 		fetched = make(chan fetchResult, 1)
 		go func() {
 			t0 := time.Now()
@@ -411,6 +427,9 @@ func (s *Server) relayWhole(w http.ResponseWriter, resp *http.Response, ex *exch
 		answered = s.now()
 	}
 	ex.cap.latency = answered.Sub(arrived)
+	if ex.body != nil {
+		ex.answer = raw
+	}
 	refused, err := s.commit(ex, segs, fetched, false, arrived)
 	if err != nil {
 		s.o.Logger.Error("proxy: spool commit failed; the answer is withheld", "err", err)
@@ -593,6 +612,14 @@ func (s *Server) readChunk(ex *exchange, data []byte) ([]byte, bool) {
 // as refused all the same).
 func (s *Server) commit(ex *exchange, segs *segments, fetched chan fetchResult, streamed bool, arrived time.Time) (bool, error) {
 	c := &ex.cap
+	n := int64(c.usageComplete)
+	if n == 0 {
+		n = int64(len(c.ids))
+	}
+	vs := segs.finish(n, streamed)
+	if ex.body != nil {
+		return false, s.hold(ex, vs, arrived, s.now())
+	}
 	switch {
 	case ex.clientIDs != nil:
 		c.promptIDs, c.promptFrom = ex.clientIDs, "client"
@@ -610,13 +637,15 @@ func (s *Server) commit(ex *exchange, segs *segments, fetched chan fetchResult, 
 		}
 		s.m.phase.WithLabelValues(phasePromptWait).Observe(time.Since(t0).Seconds())
 	}
-	n := int64(c.usageComplete)
-	if n == 0 {
-		n = int64(len(c.ids))
-	}
-	vs := segs.finish(n, streamed)
 	a := s.as.acquire(ex.id, s.now())
 	defer s.as.release(a)
+	return s.spoolTurn(a, ex, vs, arrived, s.now(), nil)
+}
+
+// spoolTurn builds a turn's facts with what its exchange knows and spools
+// them with the attempt's new state (and the removal of the turn's held
+// record, held). The caller holds the attempt.
+func (s *Server) spoolTurn(a *attempt, ex *exchange, vs []events.VersionSegment, arrived, answered time.Time, held []byte) (bool, error) {
 	if !a.loaded {
 		st, seq, err := s.sp.loadAttempt(ex.id)
 		if err != nil {
@@ -625,14 +654,14 @@ func (s *Server) commit(ex *exchange, segs *segments, fetched chan fetchResult, 
 		a.st, a.seq, a.loaded = st, seq, true
 	}
 	t0 := time.Now()
-	f := s.buildTurn(ex, a.st, a.seq, vs, arrived)
+	f := s.buildTurn(ex, a.st, a.seq, vs, arrived, answered)
 	recs, err := s.encode(ex.id, f)
 	if err != nil {
 		return false, err
 	}
 	t1 := time.Now()
 	s.m.phase.WithLabelValues(phaseBuild).Observe(t1.Sub(t0).Seconds())
-	if err := s.sp.commit(ex.id, f.state, a.seq, f.seq, recs); err != nil {
+	if err := s.sp.commitTurn(ex.id, f.state, a.seq, f.seq, recs, held); err != nil {
 		return false, err
 	}
 	s.m.phase.WithLabelValues(phaseSpool).Observe(time.Since(t1).Seconds())
@@ -655,9 +684,11 @@ func (s *Server) commit(ex *exchange, segs *segments, fetched chan fetchResult, 
 // text; those go to the log and /metrics.
 func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
 	lastErr, _ := s.snd.state()
+	held := s.sp.held.Load() // before the facts, as in Pending
 	body := map[string]any{
 		"status":       "ok",
 		"spool_facts":  s.sp.count.Load(),
+		"held_turns":   held,
 		"dead_letters": s.sp.dead.Load(),
 		"ledger":       "ok",
 	}

@@ -22,6 +22,7 @@ import (
 //	v <run> NUL <engine> NUL <model>  the run's vocabulary is spooled
 //	i <answered at:8> <run> NUL <attempt>  expiry index: the attempt's last answer (Unix ms)
 //	I                    the expiry index covers every attempt
+//	h <seq:8>            a held turn: an answer given before its prompt's ids were known (held.go)
 //
 // A turn's facts, its attempt's state and its sequence are written in one
 // synced batch: after a crash either all of a turn is in the spool, and the
@@ -36,6 +37,7 @@ const (
 	prefixChunk   = 'S' // a piece of an attempt's sequence, keyed by its offset
 	prefixVocab   = 'v'
 	prefixExpiry  = 'i'
+	prefixHeld    = 'h'
 )
 
 // indexedKey marks a spool whose expiry index covers every attempt (a
@@ -66,6 +68,8 @@ type spool struct {
 	queued       atomic.Int64 // bytes of q values
 	count        atomic.Int64 // q entries
 	dead         atomic.Int64 // d entries
+	held         atomic.Int64 // h entries
+	heldSeq      atomic.Uint64
 	notify       chan struct{}
 }
 
@@ -83,14 +87,20 @@ func openSpool(dir string, maxBytes int64) (*spool, error) {
 		return nil, fmt.Errorf("proxy: open spool %s: %w", dir, err)
 	}
 	s := &spool{db: db, max: maxBytes, notify: make(chan struct{}, 1), inflight: map[uint64]int{}}
-	for _, p := range []byte{prefixQueue, prefixDead} {
+	for _, p := range []byte{prefixQueue, prefixDead, prefixHeld} {
 		it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte{p}, UpperBound: []byte{p + 1}})
 		if err != nil {
 			db.Close()
 			return nil, err
 		}
 		for it.First(); it.Valid(); it.Next() {
-			if seq := binary.BigEndian.Uint64(it.Key()[1:]); seq >= s.nextSeq {
+			seq := binary.BigEndian.Uint64(it.Key()[1:])
+			if p == prefixHeld {
+				s.held.Add(1)
+				s.heldSeq.Store(max(s.heldSeq.Load(), seq+1))
+				continue
+			}
+			if seq >= s.nextSeq {
 				s.nextSeq = seq + 1
 			}
 			if p == prefixQueue {
@@ -266,8 +276,20 @@ type pending struct {
 // its writes with the square of its turns. Any other sequence replaces
 // the chunks.
 func (s *spool) commit(id identity, st *attemptState, prev, seq []int32, facts []pending) error {
+	return s.commitTurn(id, st, prev, seq, facts, nil)
+}
+
+// commitTurn is commit that also removes a held turn (held: its key), in
+// the same synced batch: the turn is then either held or recorded, never
+// both and never neither.
+func (s *spool) commitTurn(id identity, st *attemptState, prev, seq []int32, facts []pending, held []byte) error {
 	b := s.db.NewBatch()
 	defer b.Close()
+	if held != nil {
+		if err := b.Delete(held, nil); err != nil {
+			return err
+		}
+	}
 	if st != nil {
 		raw, err := json.Marshal(st)
 		if err != nil {
@@ -303,7 +325,13 @@ func (s *spool) commit(id identity, st *attemptState, prev, seq []int32, facts [
 			}
 		}
 	}
-	return s.commitQueued(b, facts)
+	if err := s.commitQueued(b, facts); err != nil {
+		return err
+	}
+	if held != nil {
+		s.held.Add(-1)
+	}
+	return nil
 }
 
 // chunkKey is the key of the piece of an attempt's sequence that starts

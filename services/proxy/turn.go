@@ -110,13 +110,13 @@ func contentText(raw json.RawMessage) string {
 
 // buildTurn turns an exchange into facts, given the attempt's state and
 // last sequence. It never fails: what it cannot verify it tags.
-func (s *Server) buildTurn(ex *exchange, st *attemptState, prev []int32, segs []events.VersionSegment, arrived time.Time) *turnFacts {
+func (s *Server) buildTurn(ex *exchange, st *attemptState, prev []int32, segs []events.VersionSegment, arrived, answered time.Time) *turnFacts {
 	c := &ex.cap
 	n := st.NextTurn
 	t := &events.TurnGenerated{
 		Attempt: ex.id.Attempt, Turn: n,
 		Sampling:  ex.sampling,
-		Engine:    &events.EngineInfo{Name: s.o.Engine, Version: s.engineVersion},
+		Engine:    &events.EngineInfo{Name: s.o.Engine, Version: s.engineVersionOf()},
 		LatencyMS: c.latency.Milliseconds(),
 	}
 	if s.o.Engine == EngineLlamaCPP && !ex.req.bool("post_sampling_probs") {
@@ -227,7 +227,7 @@ func (s *Server) buildTurn(ex *exchange, st *attemptState, prev []int32, segs []
 	t.Tags = slices.Clone(c.tags)
 	slices.Sort(t.Tags)
 	// Tool calls of the previous turn, answered (or not) by this request.
-	next := &attemptState{NextTurn: n + 1, Marks: st.Marks, LastTurn: st.LastTurn, AnsweredAt: s.now().UnixMilli(), replaces: st.AnsweredAt}
+	next := &attemptState{NextTurn: n + 1, Marks: st.Marks, LastTurn: st.LastTurn, AnsweredAt: answered.UnixMilli(), replaces: st.AnsweredAt}
 	if len(st.Pending) > 0 {
 		outs := toolOutputs(ex.req)
 		waited := arrived.UnixMilli() - st.AnsweredAt

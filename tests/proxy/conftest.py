@@ -171,7 +171,7 @@ class Stack:
             except urllib.error.HTTPError as e:
                 last = json.loads(e.read() or b"{}")
             assert last.get("dead_letters", 0) == 0, f"the ledger refused facts: {last}"
-            if last.get("spool_facts") == 0 and last.get("ledger") == "ok":
+            if last.get("spool_facts") == 0 and last.get("held_turns") == 0 and last.get("ledger") == "ok":
                 return
             if time.monotonic() > deadline:
                 raise AssertionError(f"the proxy's spool did not drain in {seconds} s: {last}")

@@ -187,18 +187,18 @@ func proxyFigures(ctx context.Context, e *env) ([]*Figure, error) {
 	directP50 := &Figure{Name: "chat, not streamed: latency p50, straight to llama-server", Unit: "ms", Command: cmd, Note: wholeNote}
 	proxyP50 := &Figure{Name: "chat, not streamed: latency p50, through the proxy", Unit: "ms", Command: cmd}
 	addedP50 := &Figure{Name: "chat, not streamed: added latency p50", Unit: "ms", Command: cmd,
-		Note: "p50 through the proxy minus p50 straight to the engine; includes the spool's fsync before the answer's last byte, and waiting for the engine's /apply-template and /tokenize (asked while it generates)"}
+		Note: "p50 through the proxy minus p50 straight to the engine; includes the spool's fsync of the held turn before the answer's last byte (the prompt's ids are asked of the engine's /apply-template and /tokenize after the answer, docs/design.md §19.6)"}
 	addedP99 := &Figure{Name: "chat, not streamed: added latency p99", Unit: "ms", Command: cmd, Note: "p99 through the proxy minus p99 straight to the engine"}
 	// Where the added time goes: the proxy's own phase timers
 	// (rolloutledger_proxy_phase_seconds) over the same requests, as means.
 	splitNote := "mean per request through the proxy over the same requests, from its rolloutledger_proxy_phase_seconds"
-	splitWait := &Figure{Name: "chat, not streamed: added, waiting for the prompt's ids (mean)", Unit: "ms", Command: cmd,
-		Note: splitNote + ": the part of /apply-template + /tokenize (asked while the engine generates) still running when the answer was read"}
-	splitIDs := &Figure{Name: "chat, not streamed: /apply-template + /tokenize (mean, overlapped)", Unit: "ms", Command: cmd, Note: splitNote + ": the whole call, mostly hidden behind generation"}
-	splitBuild := &Figure{Name: "chat, not streamed: added, building the turn's facts (mean)", Unit: "ms", Command: cmd, Note: splitNote + ": facts built, encoded and decoded again as the ledger will"}
-	splitSpool := &Figure{Name: "chat, not streamed: added, spool commit (mean)", Unit: "ms", Command: cmd, Note: splitNote + ": the synced Pebble commit before the answer's last byte"}
+	splitHold := &Figure{Name: "chat, not streamed: added, the held turn's synced write (mean)", Unit: "ms", Command: cmd,
+		Note: splitNote + ": the request and the answer as they came, written with sync before the answer's last byte"}
+	splitIDs := &Figure{Name: "chat, not streamed: /apply-template + /tokenize after the answer (mean)", Unit: "ms", Command: cmd, Note: splitNote + ": the engine's work for the prompt's ids, which the client no longer waits for"}
+	splitBuild := &Figure{Name: "chat, not streamed: building the turn's facts after the answer (mean)", Unit: "ms", Command: cmd, Note: splitNote + ": facts built, encoded and decoded again as the ledger will"}
+	splitSpool := &Figure{Name: "chat, not streamed: the facts' spool commit after the answer (mean)", Unit: "ms", Command: cmd, Note: splitNote + ": the synced Pebble commit of the facts, removing the held turn"}
 	splitHop := &Figure{Name: "chat, not streamed: added, forwarding (mean)", Unit: "ms", Command: cmd,
-		Note: "mean through the proxy minus mean straight, minus the three parts above: reading and editing the request and the answer, and the extra HTTP hop"}
+		Note: "mean through the proxy minus mean straight, minus the held write: reading and editing the request and the answer, and the extra HTTP hop"}
 	streamNote := fmt.Sprintf("%d streamed chat requests per run (32 tokens, ignore_eos), straight and through the proxy, interleaved; a chunk is an SSE data event as the client parses it", sz.streams)
 	ttfcDirect := &Figure{Name: "stream: time to first chunk p50, straight to llama-server", Unit: "ms", Command: cmd, Note: streamNote}
 	ttfcAdded := &Figure{Name: "stream: time to first chunk p50, added by the proxy", Unit: "ms", Command: cmd}
@@ -226,7 +226,7 @@ func proxyFigures(ctx context.Context, e *env) ([]*Figure, error) {
 		Note: "from the proxy's rolloutledger_proxy_added_seconds: the engine's last byte to the client's (reading and stripping the answer, the facts, the synced spool commit); the difference of medians above also holds the request's side and the hop, and varies run to run with the engine's time"}
 	direct := &Figure{Name: "sustained requests/s straight to llama-server", Unit: "req/s", Command: cmd}
 	turns := &Figure{Name: "sustained turns/s through the proxy, spool on", Unit: "turns/s", Command: cmd}
-	figs := []*Figure{directP50, proxyP50, addedP50, addedP99, splitWait, splitIDs, splitBuild, splitSpool, splitHop, sideAdded, tokenDirect, tokenAdded, tokenEngine, longDirect, longAdded, longEngine, longOwn, ttfcDirect, ttfcAdded, gapDirect, gapAdded, chunks, direct, turns}
+	figs := []*Figure{directP50, proxyP50, addedP50, addedP99, splitHold, splitIDs, splitBuild, splitSpool, splitHop, sideAdded, tokenDirect, tokenAdded, tokenEngine, longDirect, longAdded, longEngine, longOwn, ttfcDirect, ttfcAdded, gapDirect, gapAdded, chunks, direct, turns}
 
 	bin, model, missing := engineFiles()
 	if missing != "" {
@@ -302,11 +302,11 @@ func proxyFigures(ctx context.Context, e *env) ([]*Figure, error) {
 			n := after[phase][1] - before[phase][1]
 			return 1000 * (after[phase][0] - before[phase][0]) / max(n, 1)
 		}
-		splitWait.Runs = append(splitWait.Runs, mean("prompt_ids_wait"))
+		splitHold.Runs = append(splitHold.Runs, mean("hold"))
 		splitIDs.Runs = append(splitIDs.Runs, mean("prompt_ids"))
 		splitBuild.Runs = append(splitBuild.Runs, mean("build"))
 		splitSpool.Runs = append(splitSpool.Runs, mean("spool_commit"))
-		splitHop.Runs = append(splitHop.Runs, avg(p)-avg(d)-mean("prompt_ids_wait")-mean("build")-mean("spool_commit"))
+		splitHop.Runs = append(splitHop.Runs, avg(p)-avg(d)-mean("hold"))
 
 		e.log.Info("proxy: the engine's tokenizer calls alongside", "run", r+1)
 		var plain, side []float64
