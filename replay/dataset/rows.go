@@ -66,11 +66,15 @@ func openRowStore(scratch string) (*rowStore, error) {
 	}
 	cache := pebble.NewCache(16 << 20)
 	defer cache.Unref()
-	// 16 MiB memtables: with 8, compactions of the rows written by
-	// attempt took a third of a trajectory export's CPU; 16 cut a 3 M-fact
-	// messages export from 74 s to 56 s for 30 MiB more at its peak (64
-	// gave 50 s for 90 MiB more).
-	db, err := pebble.Open(dir, &pebble.Options{Cache: cache, MemTableSize: 16 << 20, DisableWAL: true, Logger: quietLogger{}})
+	// 64 MiB memtables. Every flush holds rows of all the attempts in
+	// flight, whose earlier rows the next compaction writes again, so the
+	// store's write amplification grows with its levels: with 16 MiB it
+	// was 7.7 at 5 M facts (409 MB of rows, 3.1 GB written) and
+	// compactions took 27% of a messages export's CPU, against 20% at
+	// 1 M. With 64 MiB it is 4.6, and the 5 M-fact export ran 76-79 K
+	// facts/s against 68-72 K, for 70 MiB more at its peak (BENCHMARKS.md,
+	// "Scale"). 8 MiB had been a third of the CPU at 3 M facts.
+	db, err := pebble.Open(dir, &pebble.Options{Cache: cache, MemTableSize: 64 << 20, DisableWAL: true, Logger: quietLogger{}})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("dataset: row store: %w", err)
