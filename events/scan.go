@@ -130,6 +130,13 @@ type rawMember struct {
 // scanRawMembers is scanMembers keeping each key as bytes: the text of
 // the key, unescaped (an escaped key alone is copied).
 func scanRawMembers(raw []byte, dst []rawMember) (_ []rawMember, dup *string, ok bool) {
+	return scanObjectMembers(raw, dst, true)
+}
+
+// scanObjectMembers is scanRawMembers; without checkDup every member is kept,
+// repeats included, and dup is nil (the caller proves there is none, or
+// looks for one itself with firstDuplicate).
+func scanObjectMembers(raw []byte, dst []rawMember, checkDup bool) (_ []rawMember, dup *string, ok bool) {
 	i := skipSpace(raw, 0)
 	if i == len(raw) || raw[i] != '{' {
 		return dst, nil, false
@@ -149,7 +156,7 @@ func scanRawMembers(raw []byte, dst []rawMember) (_ []rawMember, dup *string, ok
 		end = skipValue(raw, i)
 		val := raw[i:end]
 		seen := false
-		for j := range dst {
+		for j := 0; checkDup && j < len(dst); j++ {
 			if bytes.Equal(dst[j].key, key) {
 				dst[j].val, seen = val, true
 				if dup == nil {
@@ -394,4 +401,28 @@ func hex4(b []byte) int {
 		}
 	}
 	return v
+}
+
+// firstDuplicate is the first key of members given again later, as
+// scanRawMembers reports it, and the members with each repeat's last
+// value kept in its first place.
+func firstDuplicate(members []rawMember) (dup *string, kept []rawMember) {
+	kept = members[:0:0]
+	for _, m := range members {
+		seen := false
+		for j := range kept {
+			if bytes.Equal(kept[j].key, m.key) {
+				kept[j].val, seen = m.val, true
+				if dup == nil {
+					k := string(m.key)
+					dup = &k
+				}
+				break
+			}
+		}
+		if !seen {
+			kept = append(kept, m)
+		}
+	}
+	return dup, kept
 }

@@ -174,20 +174,12 @@ type binaryText struct {
 // text of the object's own binary fields.
 func decodeObject(raw []byte, rv reflect.Value, path string, st *decodeState) *FieldError {
 	var buf [24]rawMember
-	obj, dup, ok := scanRawMembers(raw, buf[:0])
+	obj, _, ok := scanObjectMembers(raw, buf[:0], false)
 	if !ok {
 		return fieldErr(path, ErrWrongType, "want an object, got %s", jsonKind(raw))
 	}
-	// A key given twice is refused before anything else: which of its
-	// values counts differs between JSON parsers, and a proxy or
-	// authorizer reading the body with another one must not see another
-	// event than the ledger records.
-	if dup != nil {
-		return fieldErr(join(path, *dup), ErrDuplicateField, "%q is given more than once", clip(*dup))
-	}
 	s := specOf(rv.Type())
-	// Each field's value, by its index in s.fields; unknown fields first,
-	// in sorted order so the error is deterministic.
+	// Each field's value, by its index in s.fields.
 	var valsBuf [24][]byte
 	var vals [][]byte
 	if n := len(s.fields); n <= len(valsBuf) {
@@ -195,12 +187,41 @@ func decodeObject(raw []byte, rv reflect.Value, path string, st *decodeState) *F
 	} else {
 		vals = make([][]byte, n)
 	}
-	var unknown []string
+	// Canonical records, nearly every one read, give the fields in struct
+	// order: each key is then found by looking ahead of the last, with no
+	// hashing, and keys met in strictly increasing field order can hold no
+	// repeat and no unknown key. Any other order takes the general path.
+	next, ordered := 0, true
 	for _, m := range obj {
-		if i, ok := s.byName[string(m.key)]; ok {
-			vals[i] = m.val
-		} else {
-			unknown = append(unknown, string(m.key))
+		j := next
+		for j < len(s.fields) && s.fields[j].name != string(m.key) {
+			j++
+		}
+		if j == len(s.fields) {
+			ordered = false
+			break
+		}
+		vals[j], next = m.val, j+1
+	}
+	var unknown []string
+	if !ordered {
+		// A key given twice is refused before anything else: which of its
+		// values counts differs between JSON parsers, and a proxy or
+		// authorizer reading the body with another one must not see
+		// another event than the ledger records.
+		dup, kept := firstDuplicate(obj)
+		if dup != nil {
+			return fieldErr(join(path, *dup), ErrDuplicateField, "%q is given more than once", clip(*dup))
+		}
+		clear(vals)
+		// Unknown fields first, in sorted order so the error is
+		// deterministic.
+		for _, m := range kept {
+			if i, ok := s.byName[string(m.key)]; ok {
+				vals[i] = m.val
+			} else {
+				unknown = append(unknown, string(m.key))
+			}
 		}
 	}
 	if len(unknown) > 0 {
