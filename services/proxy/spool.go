@@ -27,8 +27,10 @@ import (
 // A turn's facts, its attempt's state and its sequence are written in one
 // synced batch: after a crash either all of a turn is in the spool, and the
 // harness may have had its answer, or none of it is, and the harness never
-// had its last byte. Pebble commits concurrent synced batches with one
-// fsync (group commit).
+// had its last byte. A held turn (held.go) is in the spool as its request
+// and answer before the harness has its last byte, and its facts replace
+// that record in one synced batch. Pebble commits concurrent synced
+// batches with one fsync (group commit).
 const (
 	prefixQueue   = 'q'
 	prefixDead    = 'd'
