@@ -130,20 +130,23 @@ type rawMember struct {
 // scanRawMembers is scanMembers keeping each key as bytes: the text of
 // the key, unescaped (an escaped key alone is copied).
 func scanRawMembers(raw []byte, dst []rawMember) (_ []rawMember, dup *string, ok bool) {
-	return scanObjectMembers(raw, dst, true)
+	n := len(dst)
+	dst, ok = scanObjectMembers(raw, dst)
+	dup, kept := firstDuplicate(dst[n:])
+	return dst[:n+len(kept)], dup, ok
 }
 
-// scanObjectMembers is scanRawMembers; without checkDup every member is kept,
-// repeats included, and dup is nil (the caller proves there is none, or
-// looks for one itself with firstDuplicate).
-func scanObjectMembers(raw []byte, dst []rawMember, checkDup bool) (_ []rawMember, dup *string, ok bool) {
+// scanObjectMembers appends every member of the valid JSON object raw to
+// dst, a repeated key as often as it is given; ok is false when raw is not
+// an object.
+func scanObjectMembers(raw []byte, dst []rawMember) (_ []rawMember, ok bool) {
 	i := skipSpace(raw, 0)
 	if i == len(raw) || raw[i] != '{' {
-		return dst, nil, false
+		return dst, false
 	}
 	i = skipSpace(raw, i+1)
 	if i < len(raw) && raw[i] == '}' {
-		return dst, dup, true
+		return dst, true
 	}
 	for i < len(raw) {
 		end := skipString(raw, i)
@@ -155,27 +158,14 @@ func scanObjectMembers(raw []byte, dst []rawMember, checkDup bool) (_ []rawMembe
 		i = skipSpace(raw, i+1) // ':'
 		end = skipValue(raw, i)
 		val := raw[i:end]
-		seen := false
-		for j := 0; checkDup && j < len(dst); j++ {
-			if bytes.Equal(dst[j].key, key) {
-				dst[j].val, seen = val, true
-				if dup == nil {
-					k := string(key)
-					dup = &k
-				}
-				break
-			}
-		}
-		if !seen {
-			dst = append(dst, rawMember{key, val})
-		}
+		dst = append(dst, rawMember{key, val})
 		i = skipSpace(raw, end)
 		if i < len(raw) && raw[i] == '}' {
 			break
 		}
 		i = skipSpace(raw, i+1) // ','
 	}
-	return dst, dup, true
+	return dst, true
 }
 
 // scanArray returns the elements of the valid JSON array raw; ok is false
@@ -403,11 +393,11 @@ func hex4(b []byte) int {
 	return v
 }
 
-// firstDuplicate is the first key of members given again later, as
-// scanRawMembers reports it, and the members with each repeat's last
-// value kept in its first place.
+// firstDuplicate is the first key, in document order, that repeats an
+// earlier one of members (nil when none does), and the members with each
+// repeat's last value kept in its first place, in members' own array.
 func firstDuplicate(members []rawMember) (dup *string, kept []rawMember) {
-	kept = members[:0:0]
+	kept = members[:0]
 	for _, m := range members {
 		seen := false
 		for j := range kept {

@@ -174,7 +174,7 @@ type binaryText struct {
 // text of the object's own binary fields.
 func decodeObject(raw []byte, rv reflect.Value, path string, st *decodeState) *FieldError {
 	var buf [24]rawMember
-	obj, _, ok := scanObjectMembers(raw, buf[:0], false)
+	obj, ok := scanObjectMembers(raw, buf[:0])
 	if !ok {
 		return fieldErr(path, ErrWrongType, "want an object, got %s", jsonKind(raw))
 	}
