@@ -457,34 +457,39 @@ func (f summaryFacts) exec(q string, args ...any) {
 	}
 }
 
+// insert runs one INSERT of head (the statement up to VALUES) with a row
+// of values for each of rows, as row writes it.
+func (f summaryFacts) insert(head string, rows []string, row func(string) string) {
+	f.t.Helper()
+	vals := make([]string, len(rows))
+	for i, r := range rows {
+		vals[i] = row(r)
+	}
+	f.exec(head + " VALUES " + strings.Join(vals, ", "))
+}
+
 // started inserts attempt.started rows, each "attempt offset group"; the
 // task is "task-" and the group.
 func (f summaryFacts) started(rows ...string) {
 	f.t.Helper()
-	var vals []string
-	for _, r := range rows {
+	f.insert(`INSERT INTO attempts (event_id, run, producer, at, log_partition, log_offset, attempt, group_id, task, engine, vm, fork_ms, retry_of)`, rows, func(r string) string {
 		var a, g string
 		var off int
 		fmt.Sscan(r, &a, &off, &g)
-		vals = append(vals, fmt.Sprintf("(gen_random_uuid(), 'r', 'e', now(), 0, %d, '%s', '%s', 'task-%s', 'eng', 'vm', %d, NULL)", off, a, g, g, off))
-	}
-	f.exec(`INSERT INTO attempts (event_id, run, producer, at, log_partition, log_offset, attempt, group_id, task, engine, vm, fork_ms, retry_of)
-		VALUES ` + strings.Join(vals, ", "))
+		return fmt.Sprintf("(gen_random_uuid(), 'r', 'e', now(), 0, %d, '%s', '%s', 'task-%s', 'eng', 'vm', %d, NULL)", off, a, g, g, off)
+	})
 }
 
 // rewarded inserts reward.computed rows, each "attempt offset passed".
 func (f summaryFacts) rewarded(rows ...string) {
 	f.t.Helper()
-	var vals []string
-	for _, r := range rows {
+	f.insert(`INSERT INTO rewards (event_id, run, producer, at, log_partition, log_offset, attempt, passed, tests_passed, tests_total, verifier)`, rows, func(r string) string {
 		var a string
 		var off int
 		var passed bool
 		fmt.Sscan(r, &a, &off, &passed)
-		vals = append(vals, fmt.Sprintf("(gen_random_uuid(), 'r', 'v', now(), 0, %d, '%s', %t, 1, 2, 'tests')", off, a, passed))
-	}
-	f.exec(`INSERT INTO rewards (event_id, run, producer, at, log_partition, log_offset, attempt, passed, tests_passed, tests_total, verifier)
-		VALUES ` + strings.Join(vals, ", "))
+		return fmt.Sprintf("(gen_random_uuid(), 'r', 'v', now(), 0, %d, '%s', %t, 1, 2, 'tests')", off, a, passed)
+	})
 }
 
 func (f summaryFacts) failed(a string, off int) {
@@ -502,15 +507,12 @@ func (f summaryFacts) compacted(a string, off, before, after int) {
 // grouped inserts group.started rows, each "group offset purpose".
 func (f summaryFacts) grouped(rows ...string) {
 	f.t.Helper()
-	var vals []string
-	for _, r := range rows {
+	f.insert(`INSERT INTO groups (event_id, run, producer, at, log_partition, log_offset, group_id, task, size, purpose)`, rows, func(r string) string {
 		var g, purpose string
 		var off int
 		fmt.Sscan(r, &g, &off, &purpose)
-		vals = append(vals, fmt.Sprintf("(gen_random_uuid(), 'r', 'e', now(), 0, %d, '%s', 'task-%s', 4, '%s')", off, g, g, purpose))
-	}
-	f.exec(`INSERT INTO groups (event_id, run, producer, at, log_partition, log_offset, group_id, task, size, purpose)
-		VALUES ` + strings.Join(vals, ", "))
+		return fmt.Sprintf("(gen_random_uuid(), 'r', 'e', now(), 0, %d, '%s', 'task-%s', 4, '%s')", off, g, g, purpose)
+	})
 }
 
 func (f summaryFacts) turned(a string, off, prompt, cached, completion int) {
