@@ -104,11 +104,12 @@ func TestProjectorSurvivesKill9(t *testing.T) {
 			spec := strings.Join(kc.Brokers, ",") + "|" + kc.TopicPrefix + "|" + dir
 			rng := rand.New(rand.NewPCG(42, 7))
 
-			// One producer in small requests: facts keep arriving for the
-			// whole kill loop, as they do during a live run.
+			// One producer in small requests at a steady pace: facts keep
+			// arriving for the whole kill loop, as they do during a live
+			// run, however fast this machine ingests (about 45 s a run).
 			slow := func(run string, seed uint64) simulate.Options {
 				o := small(run, seed)
-				o.Workers, o.EventsPerRequest = 1, 32
+				o.Workers, o.EventsPerRequest, o.Rate = 1, 32, 150
 				return o
 			}
 			pushed := make(chan struct{})
