@@ -372,7 +372,7 @@ func (a *Audit) fact(r Record, folded *bool) {
 		}
 		a.gradients[k] = d
 		if st := a.steps[k]; st != nil {
-			a.applyGradient(st, d)
+			ApplyGradient(st, d)
 		}
 	}
 }
@@ -467,13 +467,37 @@ func (a *Audit) Decision(d Decision) error {
 }
 
 func (a *Audit) batch(env Envelope, m *Manifest) {
-	st := &StepAudit{Step: m.Seq, Fact: env.Fact.Seq, Tree: m.Tree, Digest: m.Digest, Groups: len(m.Groups)}
+	st := NewStepAudit(env.Fact.Seq, m, func(attempt string, turn int64) int64 { return a.turnTokens[attempt][turn] })
 	a.r.Tree = m.Tree
+	for _, d := range m.Dropped {
+		a.drops[d.Reason]++
+		a.forgetGroup(d.Group)
+	}
+	a.r.GroupsUsed += st.Groups
+	for _, g := range m.Groups {
+		for _, at := range g.Attempts {
+			for _, t := range at.Turns {
+				a.staleness[t.Staleness]++
+			}
+		}
+		a.forgetGroup(g.Group)
+	}
+	if g, ok := a.gradients[m.Seq]; ok {
+		ApplyGradient(&st, g)
+	}
+	a.steps[m.Seq] = &st
+}
+
+// NewStepAudit is the audit's figures of one sealed batch, before the
+// trainer's gradient.applied ([ApplyGradient]): fact is the sequence
+// number of the fact that sealed it, and tokens gives the completion
+// tokens of an attempt's turn (0 when unknown). The audit report and the
+// run explorer both make their steps with it, so their figures agree.
+func NewStepAudit(fact uint64, m *Manifest, tokens func(attempt string, turn int64) int64) StepAudit {
+	st := StepAudit{Step: m.Seq, Fact: fact, Tree: m.Tree, Digest: m.Digest, Groups: len(m.Groups)}
 	drops := map[string]int{}
 	for _, d := range m.Dropped {
 		drops[d.Reason]++
-		a.drops[d.Reason]++
-		a.forgetGroup(d.Group)
 	}
 	st.Dropped = named(drops)
 	if n := st.Groups + len(m.Dropped); n > 0 {
@@ -481,7 +505,6 @@ func (a *Audit) batch(env Envelope, m *Manifest) {
 		st.InfraLostRate = float64(drops[DropInfraLost]) / float64(n)
 		st.UnadmittedRate = float64(drops[DropUnadmitted]) / float64(n)
 	}
-	a.r.GroupsUsed += st.Groups
 	var solveTokens int64
 	for _, g := range m.Groups {
 		for _, at := range g.Attempts {
@@ -490,20 +513,17 @@ func (a *Audit) batch(env Envelope, m *Manifest) {
 				st.Solves++
 				solveTokens += at.CompletionTokens
 			}
-			tt := a.turnTokens[at.Attempt]
 			for _, t := range at.Turns {
-				tokens := tt[t.Turn]
+				n := tokens(at.Attempt, t.Turn)
 				st.Turns++
-				st.CompletionTokens += tokens
+				st.CompletionTokens += n
 				if t.Trained {
 					st.TrainedTurns++
 				} else {
-					st.MaskedTokens += tokens
+					st.MaskedTokens += n
 				}
-				a.staleness[t.Staleness]++
 			}
 		}
-		a.forgetGroup(g.Group)
 	}
 	st.PassRate = ratio(st.Solves, st.Attempts)
 	if st.Solves > 0 {
@@ -516,16 +536,15 @@ func (a *Audit) batch(env Envelope, m *Manifest) {
 	st.Staleness = counts(m.Stats.StalenessHistogram)
 	st.InFlight = counts(m.Stats.InFlight)
 	st.InQueue = counts(m.Stats.InQueue)
-	if g, ok := a.gradients[m.Seq]; ok {
-		a.applyGradient(st, g)
-	}
-	a.steps[m.Seq] = st
+	return st
 }
 
-func (a *Audit) applyGradient(st *StepAudit, g *events.GradientApplied) {
+// ApplyGradient adds to a step what the trainer reported of it.
+func ApplyGradient(st *StepAudit, g *events.GradientApplied) {
 	st.Trained = true
 	st.Loss, st.TrainedTokens, st.TruncatedFraction = g.Loss, g.TrainedTokens, g.TruncatedFraction
 	st.DigestMatches = g.BatchDigest == st.Digest
+	st.LogprobGap = nil
 	for _, k := range slices.Sorted(maps.Keys(g.LogprobGap)) {
 		s, err := strconv.ParseInt(k, 10, 64)
 		if err != nil {
