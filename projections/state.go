@@ -37,6 +37,10 @@ const (
 	pfxSealed = "sealed\x00"
 )
 
+// HeaderKey is the key of a fold's header in its Store: there once the
+// fold has applied a record.
+const HeaderKey = keyHeader
+
 func eventKey(id string) []byte        { return []byte(pfxEvent + id) }
 func taskKey(task string) []byte       { return []byte(pfxTask + task) }
 func groupKey(group string) []byte     { return []byte(pfxGroup + group) }

@@ -2,6 +2,7 @@ package explore
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -164,47 +165,93 @@ func writeBundle(dir string, m *Model, now time.Time) (files int, err error) {
 		files++
 		return nil
 	}
+	snap, err := m.Snapshot()
+	if err != nil {
+		return files, err
+	}
 	base := "/v1/runs/" + m.Run() + "/explore"
-	if err := put("/v1/explore/runs", map[string]any{"runs": []RunSummary{m.Summary(now)}}); err != nil {
+	if err := put("/v1/explore/runs", map[string]any{"runs": []RunSummary{snap.Summary(now)}}); err != nil {
 		return files, err
 	}
-	if err := put(base, m.RunView(now)); err != nil {
+	rv, err := snap.RunView(now)
+	if err != nil {
 		return files, err
 	}
-	for seq := range uint64(len(m.batches)) {
-		if v, ok := m.StepView(seq + 1); ok {
-			if err := put(base+"/steps/"+strconv.FormatUint(seq+1, 10), v); err != nil {
-				return files, err
+	if err := put(base, rv); err != nil {
+		return files, err
+	}
+	// Each view is put as it is made, so the bundle's memory is that of
+	// one view, not of the run.
+	each := func(kind byte, fn func(id string) error) error {
+		return snap.r.Scan([]byte{kind}, nil, func(k, v []byte) (bool, error) {
+			id := string(v)
+			if kind == kStep {
+				id = strconv.FormatUint(binary.BigEndian.Uint64(k[1:]), 10)
 			}
-		}
+			return true, fn(id)
+		})
 	}
-	for _, id := range m.groupList {
-		v, _ := m.GroupView(id)
+	err = each(kStep, func(seq string) error {
+		n, _ := strconv.ParseUint(seq, 10, 64)
+		v, ok, err := snap.StepView(n)
+		if err != nil || !ok {
+			return err
+		}
+		return put(base+"/steps/"+seq, v)
+	})
+	if err != nil {
+		return files, err
+	}
+	err = each(kGroupOrd, func(id string) error {
+		v, _, err := snap.GroupView(id)
+		if err != nil {
+			return err
+		}
 		if err := put(base+"/groups/"+id, v); err != nil {
-			return files, err
+			return err
 		}
-		sv, _ := m.SideView(id)
-		if err := put(base+"/side-by-side/"+id, sv); err != nil {
-			return files, err
+		sv, _, err := snap.SideView(id)
+		if err != nil {
+			return err
 		}
-	}
-	if err := put(base+"/attempts", map[string]any{"attempts": m.Attempts()}); err != nil {
+		return put(base+"/side-by-side/"+id, sv)
+	})
+	if err != nil {
 		return files, err
 	}
-	for _, id := range m.attList {
-		v, _ := m.AttemptView(id)
-		if err := put(base+"/attempts/"+id, v); err != nil {
-			return files, err
-		}
-	}
-	if err := put(base+"/tasks", map[string]any{"tasks": m.Tasks()}); err != nil {
+	all, err := snap.Attempts("", 0)
+	if err != nil {
 		return files, err
 	}
-	for _, id := range m.taskOrder {
-		v, _ := m.TaskView(id)
-		if err := put(base+"/tasks/"+id, v); err != nil {
-			return files, err
+	if err := put(base+"/attempts", all); err != nil {
+		return files, err
+	}
+	err = each(kAttemptOrd, func(id string) error {
+		v, _, err := snap.AttemptView(id)
+		if err != nil {
+			return err
 		}
+		return put(base+"/attempts/"+id, v)
+	})
+	if err != nil {
+		return files, err
+	}
+	tasks, err := snap.Tasks("", 0)
+	if err != nil {
+		return files, err
+	}
+	if err := put(base+"/tasks", tasks); err != nil {
+		return files, err
+	}
+	err = each(kTaskOrd, func(id string) error {
+		v, _, err := snap.TaskView(id, "", 0)
+		if err != nil {
+			return err
+		}
+		return put(base+"/tasks/"+id, v)
+	})
+	if err != nil {
+		return files, err
 	}
 	ib, err := json.Marshal(map[string]any{"run": m.Run(), "files": index})
 	if err != nil {

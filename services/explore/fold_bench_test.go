@@ -8,10 +8,12 @@ import (
 	"github.com/rolloutledger/rolloutledger/services/explore"
 )
 
-// BenchmarkModelFold measures how fast the explorer's model takes facts:
-// what bounds the first view of a run the server has not read yet, which
-// reads the run's whole history. The facts are a generated run's, stream
-// after stream (no decisions: the fold of facts is the cost).
+// BenchmarkModelFold measures how fast the explorer's records take facts
+// in memory: the writer's own work per fact, which the projector adds to
+// its fold, and what a bundle of an archive (or the first view of a run
+// the projector has no records of) costs beside reading the facts. The
+// facts are a generated run's, stream after stream (no decisions: the
+// fold of facts is the cost).
 //
 //	go test ./services/explore/ -run '^$' -bench BenchmarkModelFold -benchtime 3x
 func BenchmarkModelFold(b *testing.B) {

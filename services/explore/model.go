@@ -1,125 +1,35 @@
 package explore
 
 import (
-	"cmp"
-	"encoding/json"
 	"fmt"
-	"slices"
 	"time"
+
+	"github.com/segmentio/encoding/json"
 
 	"github.com/rolloutledger/rolloutledger/events"
 	"github.com/rolloutledger/rolloutledger/projections"
 )
 
-// Model is one run's history as the explorer reads it: every fact joined
-// to the decisions the projector recorded about it. Feed it the run's facts
-// in log order with [Model.Fact] and its decisions with [Model.Decision];
-// a decision may come any time after the fact that caused it. Facts are
-// numbered as the fold numbers them (duplicates included), so positions in
-// the views are the decisions' positions.
+// Model is one run's explorer records held in memory: a [Writer] over a
+// map, for a run the projector's database does not hold (an archive's
+// bundle, a run folded before the records were kept) and for tests. Feed
+// it the run's facts in log order with [Model.Fact] and its decisions with
+// [Model.Decision]; a decision may come any time after the fact that
+// caused it. Facts are numbered as the fold numbers them (duplicates
+// included), so positions in the views are the decisions' positions.
 //
-// Like every projection it is a fold that does not care in which order
-// causally related facts of different producers arrive (docs/design.md
-// §5.3): a turn, tool call, finish, failure or reward that comes before
-// its attempt.started is kept on the attempt it names and shown once the
-// attempt starts, so every figure the views show is the same whatever the
-// order.
-//
-// The model keeps what the views show — turns with their tokens, tool
-// calls, rewards — so it grows with the run; it is rebuilt, never stored.
+// Its views are those the server answers from the projector's database
+// ([Snapshot]), made by the same code from the same records.
 type Model struct {
-	run string
-
-	facts      uint64
-	firstAt    time.Time
-	lastAt     time.Time
-	arrivedAt  time.Time   // the latest a fact reached the log ([Model.Arrived])
-	versions   map[int]int // catalogue version → facts
-	configured bool
-	config     events.Config
-
-	tasks     map[string]*task
-	taskOrder []string
-	groups    map[string]*group
-	groupList []string
-	attempts  map[string]*attempt // started or only named so far
-	attList   []string            // the started ones, in the order they started
-	retries   map[string]*attempt // retries seen before the attempt they retry, by its id
-
-	batches   []*batch // by seq-1; nil where not yet recorded
-	gradients map[int64]gradient
-	policies  []policy
-	findings  []Finding
-	decided   map[string]bool // decision ids seen
-	kindSeq   map[events.Type]uint64
-	admitted  int
-	rejected  int
-	// vocabs are the engines' vocabularies, by engine, in the order first
-	// registered.
-	vocabs     map[string]*vocabulary
-	vocabOrder []string
-
-	audit *projections.Audit
-}
-
-type task struct {
-	events.TaskRegistered
-	registered  bool
-	fact        projections.FactPosition
-	groups      []string
-	decision    string
-	decisionSeq uint64
-	decidedAt   projections.FactPosition
-	admission   projections.Admission
-}
-
-type group struct {
-	events.GroupStarted
-	fact     projections.FactPosition
-	members  []string
-	closed   string
-	batch    uint64 // the batch that used it
-	dropped  string // the reason it was dropped
-	dropSeal uint64 // the batch whose manifest lists the drop
-	slots    int
-}
-
-type attempt struct {
-	events.AttemptStarted
-	started   bool // its attempt.started was applied
-	fact      projections.FactPosition
-	slot      int
-	retriedBy string
-	turns     []*turn
-	outcome   string
-	failed    string
-	reward    *events.RewardComputed
-	batch     uint64
-	judged    *projections.BatchAttempt
-}
-
-type turn struct {
-	events.TurnGenerated
-	generated  bool // its turn.generated was applied
-	fact       projections.FactPosition
-	tools      []events.ToolCalled // by call
-	compaction *events.ContextCompacted
-}
-
-type batch struct {
-	projections.Manifest
-	decision projections.FactPosition
-	trend    trend
-}
-
-type gradient struct {
-	events.GradientApplied
-	fact projections.FactPosition
-}
-
-type policy struct {
-	events.PolicyPublished
-	fact projections.FactPosition
+	w  *Writer
+	kv *memKV
+	// seen holds the event id of every fact, to tell a repeat as the
+	// fold does; decided the decisions' ids, kindSeq their numbers.
+	seen    map[string]struct{}
+	decided map[string]bool
+	kindSeq map[events.Type]uint64
+	vocabs  vocabCache
+	err     error
 }
 
 // Finding is an audit.finding decision and the fact that caused it. Seq
@@ -133,112 +43,28 @@ type Finding struct {
 
 // NewModel returns an empty model of run.
 func NewModel(run string) *Model {
-	return &Model{run: run, versions: map[int]int{}, config: events.DefaultConfig(),
-		tasks: map[string]*task{}, groups: map[string]*group{}, attempts: map[string]*attempt{}, retries: map[string]*attempt{},
-		gradients: map[int64]gradient{}, decided: map[string]bool{}, kindSeq: map[events.Type]uint64{}, vocabs: map[string]*vocabulary{},
-		audit: projections.NewAudit(run)}
+	return &Model{w: NewWriter(run), kv: newMemKV(), seen: map[string]struct{}{}, decided: map[string]bool{},
+		kindSeq: map[events.Type]uint64{}}
 }
 
 // Run is the run the model holds.
-func (m *Model) Run() string { return m.run }
+func (m *Model) Run() string { return m.w.run }
 
 // Facts is the number of facts applied.
-func (m *Model) Facts() uint64 { return m.facts }
+func (m *Model) Facts() uint64 {
+	if m.w.sum == nil {
+		return 0
+	}
+	return m.w.sum.Facts
+}
 
 // Fact applies the run's next fact, found at partition and offset. ev must
 // be of the model's run.
 func (m *Model) Fact(partition int32, offset int64, value []byte, ev events.Event) {
-	m.facts++
-	pos := projections.FactPosition{Seq: m.facts, Partition: partition, Offset: offset}
-	if m.firstAt.IsZero() || ev.At.Before(m.firstAt) {
-		m.firstAt = ev.At
-	}
-	if ev.At.After(m.lastAt) {
-		m.lastAt = ev.At
-	}
-	m.versions[ev.V]++
-	m.audit.Fact(projections.Record{Value: value, Event: ev, Partition: partition, Offset: offset})
-	switch d := ev.Data.(type) {
-	case *events.RunStarted:
-		if cfg := d.Config.Resolve(); cfg.Validate() == nil {
-			m.configured, m.config = true, cfg
-		}
-	case *events.TaskRegistered:
-		t := m.task(d.Task)
-		if !t.registered {
-			t.TaskRegistered, t.registered, t.fact = *d, true, pos
-		}
-	case *events.GroupStarted:
-		g := m.group(d.Group)
-		if g.fact.Seq == 0 {
-			g.GroupStarted, g.fact = *d, pos
-			t := m.task(d.Task)
-			t.groups = append(t.groups, d.Group)
-		}
-	case *events.AttemptStarted:
-		a := m.attempt(d.Attempt)
-		if a.started {
-			return
-		}
-		g := m.group(d.Group)
-		a.AttemptStarted, a.started, a.fact = *d, true, pos
-		// A retry takes the slot of the attempt it retries, whichever of
-		// the two the log holds first (producers race).
-		if prev := m.attempts[d.RetryOf]; d.RetryOf != "" && prev != nil && prev.started {
-			a.slot, prev.retriedBy = prev.slot, d.Attempt
-		} else if retry := m.retries[d.Attempt]; retry != nil {
-			a.slot, a.retriedBy = retry.slot, retry.Attempt
-			delete(m.retries, d.Attempt)
-		} else {
-			a.slot = g.slots
-			g.slots++
-			if d.RetryOf != "" {
-				m.retries[d.RetryOf] = a
-			}
-		}
-		g.members = append(g.members, d.Attempt)
-		m.attList = append(m.attList, d.Attempt)
-	case *events.TurnGenerated:
-		t := m.attempt(d.Attempt).turnAt(d.Turn)
-		if t.generated {
-			return
-		}
-		t.TurnGenerated, t.generated, t.fact = *d, true, pos
-	case *events.ToolCalled:
-		t := m.attempt(d.Attempt).turnAt(d.Turn)
-		i := len(t.tools)
-		for i > 0 && t.tools[i-1].Call > d.Call {
-			i--
-		}
-		t.tools = slices.Insert(t.tools, i, *d)
-	case *events.ContextCompacted:
-		if t := m.attempt(d.Attempt).turnAt(d.Turn); t.compaction == nil {
-			t.compaction = d
-		}
-	case *events.AttemptFinished:
-		if a := m.attempt(d.Attempt); a.outcome == "" {
-			a.outcome = d.Outcome
-		}
-	case *events.AttemptFailed:
-		if a := m.attempt(d.Attempt); a.failed == "" {
-			a.failed = d.Reason
-		}
-	case *events.RewardComputed:
-		if a := m.attempt(d.Attempt); a.reward == nil {
-			a.reward = d
-		}
-	case *events.GroupClosed:
-		if g := m.group(d.Group); g.closed == "" {
-			g.closed = d.Reason
-		}
-	case *events.PolicyPublished:
-		m.policies = append(m.policies, policy{*d, pos})
-	case *events.GradientApplied:
-		if _, ok := m.gradients[d.Batch]; !ok {
-			m.gradients[d.Batch] = gradient{*d, pos}
-		}
-	case *events.VocabularyRegistered:
-		m.vocabularyFact(d)
+	_, repeat := m.seen[ev.ID]
+	m.seen[ev.ID] = struct{}{}
+	if err := m.w.Fact(m.kv, projections.Record{Value: value, Event: ev, Partition: partition, Offset: offset}, repeat, time.Time{}); err != nil && m.err == nil {
+		m.err = err
 	}
 }
 
@@ -246,8 +72,8 @@ func (m *Model) Fact(partition int32, offset int64, value []byte, ev events.Even
 // timestamp): a run being ingested is live by when its facts arrive,
 // whatever clock its producers put in `at`.
 func (m *Model) Arrived(t time.Time) {
-	if t.After(m.arrivedAt) {
-		m.arrivedAt = t
+	if err := m.w.Arrived(m.kv, t); err != nil && m.err == nil {
+		m.err = err
 	}
 }
 
@@ -258,150 +84,110 @@ func (m *Model) Decision(value []byte) error {
 	if err := json.Unmarshal(value, &env); err != nil {
 		return fmt.Errorf("explore: decision does not decode: %w", err)
 	}
-	if env.Run != m.run || m.decided[env.ID] {
+	if env.Run != m.Run() || m.decided[env.ID] {
 		return nil
 	}
 	m.decided[env.ID] = true
-	// A misrouted finding is made outside the run's fold, which numbers
-	// every other decision (docs/design.md §11.2): it has no sequence
-	// number, and takes none from the findings the fold numbers.
 	var seq uint64
 	if !projections.IsMisrouted(env) {
 		m.kindSeq[env.Type]++
 		seq = m.kindSeq[env.Type]
 	}
-	if err := m.audit.Decision(projections.Decision{ID: env.ID, Run: env.Run, Kind: env.Type, Seq: seq, Value: value}); err != nil {
-		return err
-	}
-	switch env.Type {
-	case projections.KindBatchSealed:
-		var man projections.Manifest
-		if err := json.Unmarshal(env.Data, &man); err != nil {
-			return fmt.Errorf("explore: batch.sealed %s: %w", env.ID, err)
-		}
-		m.seal(&batch{Manifest: man, decision: env.Fact})
-	case projections.KindTaskAdmitted, projections.KindTaskRejected:
-		var ad projections.Admission
-		if err := json.Unmarshal(env.Data, &ad); err != nil {
-			return fmt.Errorf("explore: %s %s: %w", env.Type, env.ID, err)
-		}
-		t := m.task(ad.Task)
-		t.admission, t.decidedAt, t.decisionSeq = ad, env.Fact, seq
-		if env.Type == projections.KindTaskRejected {
-			t.decision = "rejected"
-			m.rejected++
-		} else {
-			t.decision = "admitted"
-			m.admitted++
-		}
-	case projections.KindAuditFinding:
-		var f projections.Finding
-		if err := json.Unmarshal(env.Data, &f); err != nil {
-			return fmt.Errorf("explore: audit.finding %s: %w", env.ID, err)
-		}
-		m.findings = append(m.findings, Finding{Seq: seq, Fact: env.Fact, Finding: f})
-	}
-	return nil
+	return m.w.Decision(m.kv, seq, value)
 }
 
-func (m *Model) seal(b *batch) {
-	for len(m.batches) < int(b.Seq) {
-		m.batches = append(m.batches, nil)
+// Snapshot is the model's records as a view reads them, current with
+// every fact and decision applied.
+func (m *Model) Snapshot() (*Snapshot, error) {
+	if m.err != nil {
+		return nil, m.err
 	}
-	m.batches[b.Seq-1] = b
-	for gi := range b.Groups {
-		bg := &b.Groups[gi]
-		m.group(bg.Group).batch = b.Seq
-		for ai := range bg.Attempts {
-			ba := &bg.Attempts[ai]
-			a := m.attempt(ba.Attempt)
-			a.batch, a.judged = b.Seq, ba
-		}
+	if err := m.w.Flush(m.kv); err != nil {
+		return nil, err
 	}
-	for _, d := range b.Dropped {
-		g := m.group(d.Group)
-		g.dropped, g.dropSeal = d.Reason, b.Seq
+	s, ok, err := OpenSnapshot(m.Run(), m.kv, &m.vocabs)
+	if err == nil && !ok {
+		s = emptySnapshot(m.Run(), m.kv, &m.vocabs)
 	}
-	b.trend = m.trendOf(b)
+	return s, err
 }
 
-func (m *Model) task(id string) *task {
-	t := m.tasks[id]
-	if t == nil {
-		t = &task{decision: "pending"}
-		t.Task = id
-		m.tasks[id] = t
-		m.taskOrder = append(m.taskOrder, id)
+// view runs fn on the model's snapshot; a model that cannot be read
+// (which memory cannot fail) shows nothing.
+func view[T any](m *Model, fn func(*Snapshot) (T, bool, error)) (T, bool) {
+	var zero T
+	s, err := m.Snapshot()
+	if err != nil {
+		return zero, false
 	}
-	return t
+	v, ok, err := fn(s)
+	if err != nil {
+		return zero, false
+	}
+	return v, ok
 }
 
-func (m *Model) group(id string) *group {
-	g := m.groups[id]
-	if g == nil {
-		g = &group{}
-		g.Group = id
-		m.groups[id] = g
-		m.groupList = append(m.groupList, id)
-	}
-	return g
+// Summary is the run's line of the runs list; now decides live or idle.
+func (m *Model) Summary(now time.Time) RunSummary {
+	v, _ := view(m, func(s *Snapshot) (RunSummary, bool, error) { return s.Summary(now), true, nil })
+	return v
 }
 
-// attempt is the attempt id names, made (not started yet) when no fact
-// named it before.
-func (m *Model) attempt(id string) *attempt {
-	a := m.attempts[id]
-	if a == nil {
-		a = &attempt{}
-		a.Attempt = id
-		m.attempts[id] = a
-	}
-	return a
+// RunView builds the run view.
+func (m *Model) RunView(now time.Time) RunView {
+	v, _ := view(m, func(s *Snapshot) (RunView, bool, error) { v, err := s.RunView(now); return v, true, err })
+	return v
 }
 
-// turnAt is the attempt's turn n, made (not generated yet) when no fact
-// named it before.
-func (a *attempt) turnAt(n int) *turn {
-	i, ok := slices.BinarySearchFunc(a.turns, n, func(t *turn, n int) int { return cmp.Compare(t.Turn, n) })
-	if !ok {
-		t := &turn{}
-		t.Turn = n
-		a.turns = slices.Insert(a.turns, i, t)
-	}
-	return a.turns[i]
+// StepView builds the view of batch seq; ok is false when it is not sealed.
+func (m *Model) StepView(seq uint64) (StepView, bool) {
+	return view(m, func(s *Snapshot) (StepView, bool, error) { return s.StepView(seq) })
 }
 
-// generated are the attempt's turns whose turn.generated was applied, by
-// turn index.
-func (a *attempt) generated() []*turn {
-	out := make([]*turn, 0, len(a.turns))
-	for _, t := range a.turns {
-		if t.generated {
-			out = append(out, t)
-		}
-	}
-	return out
+// GroupView builds the view of a group; ok is false when it is unknown.
+func (m *Model) GroupView(id string) (GroupView, bool) {
+	return view(m, func(s *Snapshot) (GroupView, bool, error) { return s.GroupView(id) })
 }
 
-// judgedTurn is the batch's judgement of turn n, nil when none.
-func (a *attempt) judgedTurn(n int) *projections.BatchTurn {
-	if a.judged == nil {
-		return nil
-	}
-	for i := range a.judged.Turns {
-		if a.judged.Turns[i].Turn == int64(n) {
-			return &a.judged.Turns[i]
-		}
-	}
-	return nil
+// SideView builds a group's side-by-side view; ok is false when the group
+// is unknown.
+func (m *Model) SideView(id string) (SideView, bool) {
+	return view(m, func(s *Snapshot) (SideView, bool, error) { return s.SideView(id) })
 }
 
-func (m *Model) sealed() int {
-	n := 0
-	for _, b := range m.batches {
-		if b != nil {
-			n++
-		}
+// AttemptView builds an attempt's timeline; ok is false when it is unknown.
+func (m *Model) AttemptView(id string) (AttemptView, bool) {
+	return view(m, func(s *Snapshot) (AttemptView, bool, error) { return s.AttemptView(id) })
+}
+
+// TaskView builds a task's view; ok is false when it is unknown.
+func (m *Model) TaskView(id string) (TaskView, bool) {
+	return view(m, func(s *Snapshot) (TaskView, bool, error) { return s.TaskView(id, "", 0) })
+}
+
+// Attempts lists every attempt of the run in the order started.
+func (m *Model) Attempts() []AttemptRow {
+	v, _ := view(m, func(s *Snapshot) ([]AttemptRow, bool, error) {
+		p, err := s.Attempts("", 0)
+		return p.Attempts, true, err
+	})
+	return v
+}
+
+// Tasks lists the run's tasks in the order first seen.
+func (m *Model) Tasks() []TaskRow {
+	v, _ := view(m, func(s *Snapshot) ([]TaskRow, bool, error) {
+		p, err := s.Tasks("", 0)
+		return p.Tasks, true, err
+	})
+	return v
+}
+
+// Search finds q in the run's text ([Snapshot.Search]).
+func (m *Model) Search(q, cursor string, limit int) (SearchView, error) {
+	s, err := m.Snapshot()
+	if err != nil {
+		return SearchView{}, err
 	}
-	return n
+	return s.Search(q, cursor, limit)
 }

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/rolloutledger/rolloutledger/events"
 )
 
 // Bounds of a text search: what one request may scan and return.
@@ -15,8 +17,9 @@ const (
 	// DefaultSearchHits and MaxSearchHits bound the hits of one page.
 	DefaultSearchHits = 50
 	MaxSearchHits     = 200
-	// SearchScanBytes bounds the text one request scans: past it the page
-	// ends early, and its cursor goes on from there.
+	// SearchScanBytes bounds the text one request scans, and the stored
+	// turns and tool calls it reads: past either the page ends early, and
+	// its cursor goes on from there.
 	SearchScanBytes = 32 << 20
 	// snippetBytes is how much context a hit shows on each side.
 	snippetBytes = 60
@@ -183,14 +186,15 @@ func ValidateSearch(q, limit string) (int, error) {
 // turn: at most limit hits (one per field, with how many times it occurs
 // there) and about SearchScanBytes of text per page; the page's Next
 // cursor goes on from where it stopped. q must pass [ValidateSearch].
-func (m *Model) Search(q, cursor string, limit int) (SearchView, error) {
-	v := SearchView{Query: q, Hits: []SearchHit{}, Attempts: len(m.attList)}
-	pos, err := parseCursor(cursor, len(m.attList))
+func (s *Snapshot) Search(q, cursor string, limit int) (SearchView, error) {
+	attempts := int(s.sum.Attempts)
+	v := SearchView{Query: q, Hits: []SearchHit{}, Attempts: attempts}
+	pos, err := parseCursor(cursor, attempts)
 	if err != nil {
 		return v, err
 	}
 	mt := newMatcher(q)
-	scan := func(a *attempt, turn int, field, text string, call *int, tool string) bool {
+	scan := func(a *events.AttemptStarted, turn int, field, text string, call *int, tool string) bool {
 		v.Scanned += int64(len(text))
 		start, end := mt.index(text, 0)
 		if start < 0 {
@@ -207,10 +211,29 @@ func (m *Model) Search(q, cursor string, limit int) (SearchView, error) {
 		v.Hits = append(v.Hits, h)
 		return true
 	}
-	for ai := pos.attempt; ai < len(m.attList); ai++ {
-		a := m.attempts[m.attList[ai]]
-		for _, t := range a.turns {
-			if !t.generated || ai == pos.attempt && t.Turn < pos.turn {
+	done := false
+	// What a page reads is bounded too: the turns and tool calls it reads
+	// to find the text, which a run without text has none of.
+	var read int64
+	err = s.ordered(kAttemptOrd, uint64(pos.attempt), func(ord uint64, id string) (bool, error) {
+		ai := int(ord - 1)
+		if read >= SearchScanBytes && ai > pos.attempt {
+			v.Next, v.Stopped, v.Searched = searchPos{ai, 0, 0}.String(), "bytes", ai
+			done = true
+			return false, nil
+		}
+		a, err := s.attempt(id)
+		if err != nil || a == nil || !a.started() {
+			return err == nil, err
+		}
+		turns, n, err := s.turnsRead(id)
+		if err != nil {
+			return false, err
+		}
+		read += n
+		for _, st := range turns {
+			t := st.turn
+			if ai == pos.attempt && t.Turn < pos.turn {
 				continue
 			}
 			first := 0
@@ -232,21 +255,28 @@ func (m *Model) Search(q, cursor string, limit int) (SearchView, error) {
 				}
 				return false
 			}
-			if first == 0 && stop(scan(a, t.Turn, "text", t.Text, nil, ""), 0) {
-				return v, nil
+			if first == 0 && stop(scan(a.S, t.Turn, "text", t.Text, nil, ""), 0) {
+				done = true
+				return false, nil
 			}
-			for _, c := range t.tools {
+			for _, c := range st.tools {
 				call := c.Call
-				if code := 1 + 2*call; code >= first && stop(scan(a, t.Turn, "tool_input", c.Input, &call, c.Tool), code) {
-					return v, nil
+				if code := 1 + 2*call; code >= first && stop(scan(a.S, t.Turn, "tool_input", c.Input, &call, c.Tool), code) {
+					done = true
+					return false, nil
 				}
-				if code := 2 + 2*call; code >= first && stop(scan(a, t.Turn, "tool_output", c.Output, &call, c.Tool), code) {
-					return v, nil
+				if code := 2 + 2*call; code >= first && stop(scan(a.S, t.Turn, "tool_output", c.Output, &call, c.Tool), code) {
+					done = true
+					return false, nil
 				}
 			}
 		}
+		return true, nil
+	})
+	if err != nil || done {
+		return v, err
 	}
-	v.Searched = len(m.attList)
+	v.Searched = attempts
 	return v, nil
 }
 

@@ -164,12 +164,14 @@ func TestSearchPagesWhileCallsArrive(t *testing.T) {
 // where it stopped.
 func TestSearchBounded(t *testing.T) {
 	m := NewModel("r")
-	big := strings.Repeat("x", SearchScanBytes/3)
+	// Turns with as much text as a fact holds, more than one page scans.
+	big := strings.Repeat("x", 60<<10)
+	turns := SearchScanBytes/len(big) + 3
 	facts := []events.Fact{&events.GroupStarted{Group: "g", Task: "t", Size: 1, Purpose: events.PurposeTrain},
 		&events.AttemptStarted{Attempt: "g/a", Group: "g", Task: "t", Engine: "e", VM: "v"}}
-	for n := range 6 {
+	for n := range turns {
 		text := big
-		if n == 5 {
+		if n == turns-1 {
 			text += " needle"
 		}
 		facts = append(facts, &events.TurnGenerated{Attempt: "g/a", Turn: n, CompletionTokens: 1, VersionSegments: events.SingleVersion(0), Finish: events.FinishStop, Text: text})
@@ -186,8 +188,8 @@ func TestSearchBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(v.Hits) != 1 || v.Hits[0].Turn != 5 || v.Next != "" {
-		t.Errorf("second page: %v, next %q; want the needle in turn 5 and the end", hitKeys(v.Hits), v.Next)
+	if len(v.Hits) != 1 || v.Hits[0].Turn != turns-1 || v.Next != "" {
+		t.Errorf("second page: %v, next %q; want the needle in turn %d and the end", hitKeys(v.Hits), v.Next, turns-1)
 	}
 }
 

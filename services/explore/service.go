@@ -1,14 +1,17 @@
-// Package explore is the run explorer: a read model of one run's facts
-// joined to the projector's decisions ([Model]), JSON views of it served
-// under /v1/explore/runs and /v1/runs/{run}/explore (through the same
-// router, roles and run scopes as the rest of the API), and a browser
-// front end embedded in the binary, served at /ui. [WriteBundle] writes
-// the same views of an archived run as a static bundle that opens from
-// disk.
+// Package explore is the run explorer: a read model of each run's facts
+// joined to the projector's decisions, kept as records the projector
+// writes with its state ([Writer]) and read by bounded lookups
+// ([Snapshot]); JSON views of it served under /v1/explore/runs and
+// /v1/runs/{run}/explore (through the same router, roles and run scopes
+// as the rest of the API); and a browser front end embedded in the
+// binary, served at /ui. A [Model] holds the same records in memory, for
+// a run the projector has no records of; [WriteBundle] writes its views of
+// an archived run as a static bundle that opens from disk.
 package explore
 
 import (
 	"container/list"
+	"context"
 	"embed"
 	"fmt"
 	"io/fs"
@@ -26,7 +29,6 @@ import (
 	"github.com/rolloutledger/rolloutledger/internal/auth"
 	"github.com/rolloutledger/rolloutledger/internal/httpx"
 	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
-	"github.com/rolloutledger/rolloutledger/services/projector"
 )
 
 //go:embed ui
@@ -41,10 +43,16 @@ func Assets() fs.FS {
 	return sub
 }
 
-// RunLister lists the runs a ledger holds (the projector does).
+// RunLister lists the runs a ledger holds (the projector does), newest
+// first.
 type RunLister interface {
-	Runs() ([]projector.RunInfo, error)
+	RunIDs() ([]string, error)
 }
+
+// RecordsFunc opens a consistent read of run's explorer records as the
+// projector committed them; release ends it. A run without records reads
+// as empty.
+type RecordsFunc func(run string) (r Reader, release func(), err error)
 
 // Defaults of the bounds on the runs whose models the service keeps.
 const (
@@ -52,17 +60,23 @@ const (
 	DefaultFollowerIdle = 15 * time.Minute
 )
 
-// Service serves the explorer's views of the runs in Kafka, each kept
-// current by reading what its partitions gained since the last request.
+// Service serves the explorer's views of the ledger's runs. A run's views
+// are read from the records the projector keeps with its state (Records):
+// each a few reads bounded by what it shows, whatever the run's length,
+// and nothing to rebuild after a restart. A run without complete records
+// (one folded before they were kept, or a service without Records) is
+// read from Kafka instead: a model in memory kept current by reading what
+// the run's partitions gained since the last request.
 //
-// Only runs the ledger knows (those [RunLister] lists) get a model: a view
-// of any other run id is a 404 that reads nothing from Kafka and keeps
-// nothing. The models kept are bounded: at most MaxFollowers runs, the
-// least recently read dropped first, and none read for FollowerIdle.
+// Only runs the ledger knows (those [RunLister] lists) are read: a view
+// of any other run id is a 404 that reads nothing and keeps nothing. The
+// models kept in memory are bounded: at most MaxFollowers runs, the least
+// recently read dropped first, and none read for FollowerIdle.
 type Service struct {
-	Kafka  kafkalog.Config
-	Runs   RunLister
-	Logger *slog.Logger
+	Kafka   kafkalog.Config
+	Runs    RunLister
+	Records RecordsFunc
+	Logger  *slog.Logger
 	// Now is the clock that says whether a run is live and when a model
 	// has gone idle; nil means time.Now.
 	Now func() time.Time
@@ -79,6 +93,7 @@ type Service struct {
 	sweep *time.Timer              // drops idle models while any is kept
 	// kafkaReads counts the refreshes that read Kafka (tests read it).
 	kafkaReads atomic.Int64
+	vocabs     vocabCache
 }
 
 // Routes is where the service registers its routes (an [auth.Router]).
@@ -96,48 +111,57 @@ func (s *Service) Register(mux Routes) {
 	mux.Handle("GET /ui/{$}", http.HandlerFunc(serveAsset))
 	mux.Handle("GET /ui/{file}", http.HandlerFunc(serveAsset))
 	mux.Handle("GET /v1/explore/runs", http.HandlerFunc(s.runList))
-	mux.Handle("GET /v1/runs/{run}/explore", s.view(func(m *Model, _ *http.Request) (any, error) { return m.RunView(s.now()), nil }))
-	mux.Handle("GET /v1/runs/{run}/explore/steps/{seq}", s.view(func(m *Model, r *http.Request) (any, error) {
+	mux.Handle("GET /v1/runs/{run}/explore", s.view(func(m *Snapshot, _ *http.Request) (any, error) { return m.RunView(s.now()) }))
+	mux.Handle("GET /v1/runs/{run}/explore/steps/{seq}", s.view(func(m *Snapshot, r *http.Request) (any, error) {
 		seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
 		if err != nil || seq < 1 {
 			return nil, badValue(fmt.Sprintf("step %q is not an integer >= 1", r.PathValue("seq")))
 		}
-		v, ok := m.StepView(seq)
-		return found(v, ok, "batch "+strconv.FormatUint(seq, 10)+" is not sealed")
+		v, ok, err := m.StepView(seq)
+		return found(v, ok, err, "batch "+strconv.FormatUint(seq, 10)+" is not sealed")
 	}))
-	mux.Handle("GET /v1/runs/{run}/explore/groups/{group...}", s.view(func(m *Model, r *http.Request) (any, error) {
-		v, ok := m.GroupView(r.PathValue("group"))
-		return found(v, ok, fmt.Sprintf("no group %q", r.PathValue("group")))
+	mux.Handle("GET /v1/runs/{run}/explore/groups/{group...}", s.view(func(m *Snapshot, r *http.Request) (any, error) {
+		v, ok, err := m.GroupView(r.PathValue("group"))
+		return found(v, ok, err, fmt.Sprintf("no group %q", r.PathValue("group")))
 	}))
-	mux.Handle("GET /v1/runs/{run}/explore/side-by-side/{group...}", s.view(func(m *Model, r *http.Request) (any, error) {
-		v, ok := m.SideView(r.PathValue("group"))
-		return found(v, ok, fmt.Sprintf("no group %q", r.PathValue("group")))
+	mux.Handle("GET /v1/runs/{run}/explore/side-by-side/{group...}", s.view(func(m *Snapshot, r *http.Request) (any, error) {
+		v, ok, err := m.SideView(r.PathValue("group"))
+		return found(v, ok, err, fmt.Sprintf("no group %q", r.PathValue("group")))
 	}))
-	mux.Handle("GET /v1/runs/{run}/explore/search", s.view(func(m *Model, r *http.Request) (any, error) {
+	mux.Handle("GET /v1/runs/{run}/explore/search", s.view(func(m *Snapshot, r *http.Request) (any, error) {
 		q := r.URL.Query()
 		limit, err := ValidateSearch(q.Get("q"), q.Get("limit"))
 		if err != nil {
 			return nil, badValue(err.Error())
 		}
-		v, err := m.Search(q.Get("q"), q.Get("cursor"), limit)
+		if _, err := parseCursor(q.Get("cursor"), int(m.sum.Attempts)); err != nil {
+			return nil, badValue(err.Error())
+		}
+		return m.Search(q.Get("q"), q.Get("cursor"), limit)
+	}))
+	mux.Handle("GET /v1/runs/{run}/explore/attempts", s.view(func(m *Snapshot, r *http.Request) (any, error) {
+		q := r.URL.Query()
+		limit, err := ValidatePage(q.Get("cursor"), q.Get("limit"))
 		if err != nil {
 			return nil, badValue(err.Error())
 		}
-		return v, nil
+		return m.Attempts(q.Get("cursor"), limit)
 	}))
-	mux.Handle("GET /v1/runs/{run}/explore/attempts", s.view(func(m *Model, _ *http.Request) (any, error) {
-		return map[string]any{"attempts": m.Attempts()}, nil
+	mux.Handle("GET /v1/runs/{run}/explore/attempts/{attempt...}", s.view(func(m *Snapshot, r *http.Request) (any, error) {
+		v, ok, err := m.AttemptView(r.PathValue("attempt"))
+		return found(v, ok, err, fmt.Sprintf("no attempt %q", r.PathValue("attempt")))
 	}))
-	mux.Handle("GET /v1/runs/{run}/explore/attempts/{attempt...}", s.view(func(m *Model, r *http.Request) (any, error) {
-		v, ok := m.AttemptView(r.PathValue("attempt"))
-		return found(v, ok, fmt.Sprintf("no attempt %q", r.PathValue("attempt")))
+	mux.Handle("GET /v1/runs/{run}/explore/tasks", s.view(func(m *Snapshot, r *http.Request) (any, error) {
+		q := r.URL.Query()
+		limit, err := ValidatePage(q.Get("cursor"), q.Get("limit"))
+		if err != nil {
+			return nil, badValue(err.Error())
+		}
+		return m.Tasks(q.Get("cursor"), limit)
 	}))
-	mux.Handle("GET /v1/runs/{run}/explore/tasks", s.view(func(m *Model, _ *http.Request) (any, error) {
-		return map[string]any{"tasks": m.Tasks()}, nil
-	}))
-	mux.Handle("GET /v1/runs/{run}/explore/tasks/{task...}", s.view(func(m *Model, r *http.Request) (any, error) {
-		v, ok := m.TaskView(r.PathValue("task"))
-		return found(v, ok, fmt.Sprintf("no task %q", r.PathValue("task")))
+	mux.Handle("GET /v1/runs/{run}/explore/tasks/{task...}", s.view(func(m *Snapshot, r *http.Request) (any, error) {
+		v, ok, err := m.TaskView(r.PathValue("task"), r.URL.Query().Get("cursor"), TaskGroupPage)
+		return found(v, ok, err, fmt.Sprintf("no task %q", r.PathValue("task")))
 	}))
 }
 
@@ -158,15 +182,18 @@ func (e *httpError) Error() string { return e.msg }
 
 func badValue(msg string) error { return &httpError{http.StatusBadRequest, "invalid_value", msg} }
 
-func found(v any, ok bool, msg string) (any, error) {
+func found(v any, ok bool, err error, msg string) (any, error) {
+	if err != nil {
+		return nil, err
+	}
 	if !ok {
 		return nil, &httpError{http.StatusNotFound, "not_found", msg}
 	}
 	return v, nil
 }
 
-// view answers with fn's view of the {run}'s current model.
-func (s *Service) view(fn func(*Model, *http.Request) (any, error)) http.Handler {
+// view answers with fn's view of the {run}'s records.
+func (s *Service) view(fn func(*Snapshot, *http.Request) (any, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		run := r.PathValue("run")
 		if !events.ValidRunID(run) {
@@ -185,7 +212,7 @@ func (s *Service) view(fn func(*Model, *http.Request) (any, error)) http.Handler
 			return
 		}
 		var out any
-		err = s.follower(run).current(r.Context(), s.now(), func(m *Model) error {
+		err = s.snapshot(r.Context(), run, func(m *Snapshot) error {
 			if m.Facts() == 0 {
 				return &httpError{http.StatusNotFound, "not_found", fmt.Sprintf("run %s has no facts", run)}
 			}
@@ -194,6 +221,34 @@ func (s *Service) view(fn func(*Model, *http.Request) (any, error)) http.Handler
 			return err
 		})
 		s.answer(w, out, err)
+	})
+}
+
+// snapshot calls fn with the run's records: the projector's when it holds
+// all of the run's, else a model read from Kafka.
+func (s *Service) snapshot(ctx context.Context, run string, fn func(*Snapshot) error) error {
+	if s.Records != nil {
+		r, release, err := s.Records(run)
+		if err != nil {
+			return err
+		}
+		snap, ok, err := OpenSnapshot(run, r, &s.vocabs)
+		if err == nil && ok && !snap.Partial() {
+			err = fn(snap)
+			release()
+			return err
+		}
+		release()
+		if err != nil {
+			return err
+		}
+	}
+	return s.follower(run).current(ctx, s.now(), func(m *Model) error {
+		snap, err := m.Snapshot()
+		if err != nil {
+			return err
+		}
+		return fn(snap)
 	})
 }
 
@@ -221,11 +276,11 @@ func asHTTP(err error, he **httpError) bool {
 
 // known reports whether the ledger has seen a fact of run.
 func (s *Service) known(run string) (bool, error) {
-	infos, err := s.Runs.Runs()
+	infos, err := s.Runs.RunIDs()
 	if err != nil {
 		return false, err
 	}
-	return slices.ContainsFunc(infos, func(ri projector.RunInfo) bool { return ri.Run == run }), nil
+	return slices.Contains(infos, run), nil
 }
 
 func (s *Service) maxFollowers() int {
@@ -303,17 +358,17 @@ func (s *Service) followers() int {
 
 // runList answers the runs list, limited to the token's run scope.
 func (s *Service) runList(w http.ResponseWriter, r *http.Request) {
-	infos, err := s.Runs.Runs()
+	infos, err := s.Runs.RunIDs()
 	if err != nil {
 		s.answer(w, nil, err)
 		return
 	}
 	if p := auth.FromContext(r.Context()); p != nil {
-		infos = slices.DeleteFunc(infos, func(ri projector.RunInfo) bool { return !p.InScope(ri.Run) })
+		infos = slices.DeleteFunc(infos, func(run string) bool { return !p.InScope(run) })
 	}
 	out := []RunSummary{}
-	for _, ri := range infos {
-		err := s.follower(ri.Run).current(r.Context(), s.now(), func(m *Model) error {
+	for _, run := range infos {
+		err := s.snapshot(r.Context(), run, func(m *Snapshot) error {
 			out = append(out, m.Summary(s.now()))
 			return nil
 		})

@@ -14,19 +14,12 @@ import (
 	"github.com/rolloutledger/rolloutledger/events"
 	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/internal/testenv"
-	"github.com/rolloutledger/rolloutledger/services/projector"
 )
 
 // runList is the projector's run list as the service reads it.
 type runList []string
 
-func (l runList) Runs() ([]projector.RunInfo, error) {
-	out := make([]projector.RunInfo, len(l))
-	for i, r := range l {
-		out[i] = projector.RunInfo{Run: r}
-	}
-	return out, nil
-}
+func (l runList) RunIDs() ([]string, error) { return l, nil }
 
 // clock is a settable clock.
 type clock struct {

@@ -27,26 +27,3 @@ type SideTurn struct {
 	CompletionTokens int64               `json:"completion_tokens"`
 	Tools            []events.ToolCalled `json:"tools"`
 }
-
-// SideView builds a group's side-by-side view; ok is false when the group
-// is unknown.
-func (m *Model) SideView(id string) (SideView, bool) {
-	g := m.groups[id]
-	if g == nil {
-		return SideView{}, false
-	}
-	v := SideView{Group: g.Group, Task: g.Task, State: m.groupState(g), Attempts: []SideAttempt{}}
-	for _, aid := range g.members {
-		a := m.attempts[aid]
-		sa := SideAttempt{AttemptRow: m.attemptRow(a), TurnList: []SideTurn{}}
-		for _, t := range a.generated() {
-			st := SideTurn{Turn: t.Turn, Text: t.Text, TextCut: t.TextCut, Finish: t.Finish, CompletionTokens: t.CompletionTokens, Tools: t.tools}
-			if st.Tools == nil {
-				st.Tools = []events.ToolCalled{}
-			}
-			sa.TurnList = append(sa.TurnList, st)
-		}
-		v.Attempts = append(v.Attempts, sa)
-	}
-	return v, true
-}

@@ -1,7 +1,9 @@
 package explore
 
 import (
+	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/rolloutledger/rolloutledger/events"
 	"github.com/rolloutledger/rolloutledger/projections"
@@ -19,14 +21,28 @@ func TestStepTrend(t *testing.T) {
 		&events.TurnGenerated{Attempt: "g/b", Turn: 0, CompletionTokens: 8, VersionSegments: events.SingleVersion(0), Finish: events.FinishStop},
 		&events.TurnGenerated{Attempt: "g/b", Turn: 1, CompletionTokens: 5, VersionSegments: events.SingleVersion(0), Finish: events.FinishStop},
 		&events.GradientApplied{Step: 1, Batch: 1, BatchDigest: "d", FromVersion: 0, ToVersion: 1, GradNorm: 0.75, LogprobGap: map[string]float64{}})
-	b := &batch{Manifest: projections.Manifest{Seq: 1, Digest: "d", Groups: []projections.BatchGroup{{Group: "g", Task: "t", Attempts: []projections.BatchAttempt{
+	man := projections.Manifest{Seq: 1, Digest: "d", Groups: []projections.BatchGroup{{Group: "g", Task: "t", Attempts: []projections.BatchAttempt{
 		{Attempt: "g/a", Reward: 1, Turns: []projections.BatchTurn{{Turn: 0, Staleness: 0, Trained: true}}},
 		{Attempt: "g/b", Reward: 0, Turns: []projections.BatchTurn{
 			{Turn: 0, Staleness: 2, Trained: false},
 			{Turn: 1, Segments: []projections.TurnSegment{{Start: 0, Staleness: 1, Trained: true}, {Start: 2, Staleness: 0, Trained: true}}}}},
-	}}}}}
-	m.seal(b)
-	s := m.step(projections.StepAudit{Step: 1})
+	}}}}
+	data, err := json.Marshal(man)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := json.Marshal(projections.Envelope{ID: "seal-1", Run: "r", Type: projections.KindBatchSealed, Fact: projections.FactPosition{Seq: 7}, Data: data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Decision(env); err != nil {
+		t.Fatal(err)
+	}
+	rv := m.RunView(time.Now())
+	if len(rv.Steps) != 1 {
+		t.Fatalf("%d steps in the run view, want 1", len(rv.Steps))
+	}
+	s := rv.Steps[0]
 	if s.MeanReward == nil || *s.MeanReward != 0.5 || s.Reward == nil || s.Reward.Min != 0 || s.Reward.Max != 1 {
 		t.Errorf("rewards: mean %v, spread %+v; want 0.5 from 0 to 1", s.MeanReward, s.Reward)
 	}

@@ -1,7 +1,6 @@
 package explore
 
 import (
-	"slices"
 	"time"
 
 	"github.com/rolloutledger/rolloutledger/events"
@@ -27,25 +26,6 @@ type RunSummary struct {
 	LastArrival time.Time `json:"last_arrival"`
 	// Catalogue lists the catalogue versions of the run's facts.
 	Catalogue []int `json:"catalogue"`
-}
-
-// Summary is the run's line of the runs list; now decides live or idle.
-func (m *Model) Summary(now time.Time) RunSummary {
-	s := RunSummary{Run: m.run, Status: "idle", Facts: m.facts, Batches: m.sealed(), TasksAdmitted: m.admitted,
-		TasksRejected: m.rejected, Findings: len(m.findings), FirstFactAt: m.firstAt, LastActivity: m.lastAt,
-		LastArrival: m.arrivedAt, Catalogue: []int{}}
-	last := m.lastAt
-	if m.arrivedAt.After(last) {
-		last = m.arrivedAt
-	}
-	if !last.IsZero() && now.Sub(last) < LiveFor {
-		s.Status = "live"
-	}
-	for v := range m.versions {
-		s.Catalogue = append(s.Catalogue, v)
-	}
-	slices.Sort(s.Catalogue)
-	return s
 }
 
 // Funnel is the admission funnel at a point of the run: tasks registered,
@@ -101,55 +81,6 @@ type PolicyVersion struct {
 	Fact    projections.FactPosition `json:"fact"`
 }
 
-// RunView builds the run view.
-func (m *Model) RunView(now time.Time) RunView {
-	rep := m.audit.Report()
-	v := RunView{RunSummary: m.Summary(now), Config: m.config, Configured: m.configured, Steps: []Step{},
-		Reference: Reference{projections.RefZeroSignalRate, projections.RefInfraLostRate, projections.RefTruncatedLow, projections.RefTruncatedHigh},
-		Findings:  append([]Finding{}, m.findings...), Drops: map[string]int{}, Policies: []PolicyVersion{}}
-	for _, st := range rep.Steps {
-		v.Steps = append(v.Steps, m.step(st))
-		for _, d := range st.Dropped {
-			v.Drops[d.Name] += d.N
-		}
-	}
-	v.Funnel = m.funnelAt(^uint64(0))
-	for _, g := range m.groups {
-		if g.batch == 0 && g.dropped == "" && g.Purpose == events.PurposeTrain {
-			v.InFlight++
-		}
-	}
-	for _, p := range m.policies {
-		v.Policies = append(v.Policies, PolicyVersion{p.Version, p.fact})
-	}
-	return v
-}
-
-// funnelAt is the admission funnel after fact seq.
-func (m *Model) funnelAt(seq uint64) Funnel {
-	var f Funnel
-	for _, id := range m.taskOrder {
-		t := m.tasks[id]
-		if t.registered && t.fact.Seq <= seq {
-			f.Registered++
-		}
-		for _, gid := range t.groups {
-			if g := m.groups[gid]; g.Purpose == events.PurposeProbe && g.fact.Seq <= seq {
-				f.Probed++
-				break
-			}
-		}
-		if t.decidedAt.Seq != 0 && t.decidedAt.Seq <= seq {
-			if t.decision == "admitted" {
-				f.Admitted++
-			} else {
-				f.Rejected++
-			}
-		}
-	}
-	return f
-}
-
 // AttemptRow is an attempt as lists show it.
 type AttemptRow struct {
 	Attempt   string `json:"attempt"`
@@ -181,57 +112,6 @@ type AttemptRow struct {
 	// TurnTrained says, in turn order, whether each turn its batch judged
 	// trains (the group view draws it; other lists leave it out).
 	TurnTrained []bool `json:"turn_trained,omitempty"`
-}
-
-func (m *Model) attemptRow(a *attempt) AttemptRow {
-	g := m.groups[a.Group]
-	r := AttemptRow{Attempt: a.Attempt, Group: a.Group, Task: a.Task, Purpose: g.Purpose, Slot: a.slot, RetryOf: a.RetryOf,
-		RetriedBy: a.retriedBy, Outcome: "running", Batch: a.batch}
-	switch {
-	case a.failed != "":
-		r.Outcome = "failed: " + a.failed
-	case a.outcome != "":
-		r.Outcome = a.outcome
-	}
-	if a.batch == 0 && g.dropped != "" {
-		r.DropReason = g.dropped
-	}
-	if a.reward != nil {
-		p, tp, tt := a.reward.Passed, a.reward.TestsPassed, a.reward.TestsTotal
-		r.Passed, r.TestsPassed, r.TestsTotal = &p, &tp, &tt
-	}
-	if j := a.judged; j != nil {
-		r.Score, r.Bonus, r.Reward, r.Advantage = &j.Score, &j.Bonus, &j.Reward, &j.Advantage
-		for _, t := range j.Turns {
-			if t.Trained {
-				r.TrainedTurns++
-			}
-			if r.MaxStaleness == nil || t.Staleness > *r.MaxStaleness {
-				s := t.Staleness
-				r.MaxStaleness = &s
-			}
-		}
-	}
-	for _, t := range a.turns {
-		r.ToolCalls += len(t.tools)
-		if !t.generated {
-			continue
-		}
-		r.Turns++
-		r.CompletionTokens += t.CompletionTokens
-		r.PromptTokens += t.PromptTokens
-		r.Finish = t.Finish
-	}
-	return r
-}
-
-// Attempts lists every attempt of the run in the order started.
-func (m *Model) Attempts() []AttemptRow {
-	out := make([]AttemptRow, 0, len(m.attList))
-	for _, id := range m.attList {
-		out = append(out, m.attemptRow(m.attempts[id]))
-	}
-	return out
 }
 
 // StepView is one batch: its manifest joined to the attempts' facts, and
@@ -268,36 +148,6 @@ type Gradient struct {
 	DigestMatches bool                     `json:"digest_matches"`
 }
 
-// StepView builds the view of batch seq; ok is false when it is not sealed.
-func (m *Model) StepView(seq uint64) (StepView, bool) {
-	if seq < 1 || seq > uint64(len(m.batches)) || m.batches[seq-1] == nil {
-		return StepView{}, false
-	}
-	b := m.batches[seq-1]
-	v := StepView{Seq: b.Seq, TrainerVersion: b.TrainerVersion, RuleVersion: b.RuleVersion, Watermark: b.Watermark,
-		Decision: b.decision, Tree: b.Tree, Digest: b.Digest, Stats: b.Stats, Groups: []StepGroup{},
-		Dropped: append([]projections.DroppedGroup{}, b.Dropped...), Next: seq < uint64(len(m.batches)) && m.batches[seq] != nil}
-	for _, bg := range b.Groups {
-		sg := StepGroup{Group: bg.Group, Task: bg.Task, Completed: bg.Completed, Attempts: []AttemptRow{}}
-		for _, ba := range bg.Attempts {
-			if a := m.attempts[ba.Attempt]; a != nil && a.started {
-				sg.Attempts = append(sg.Attempts, m.attemptRow(a))
-			}
-		}
-		v.Groups = append(v.Groups, sg)
-	}
-	if g, ok := m.gradients[int64(seq)]; ok {
-		v.Gradient = &Gradient{GradientApplied: g.GradientApplied, Fact: g.fact, DigestMatches: g.BatchDigest == b.Digest}
-	}
-	for _, st := range m.audit.Report().Steps {
-		if st.Step == seq {
-			s := m.step(st)
-			v.Metrics = &s
-		}
-	}
-	return v, true
-}
-
 // GroupView is a group with its attempts side by side.
 type GroupView struct {
 	Group    string                   `json:"group"`
@@ -312,39 +162,6 @@ type GroupView struct {
 	DropSeal uint64                   `json:"dropped_before_batch,omitempty"`
 	Slots    int                      `json:"slots"`
 	Attempts []AttemptRow             `json:"attempts"`
-}
-
-// GroupView builds the view of a group; ok is false when it is unknown.
-func (m *Model) GroupView(id string) (GroupView, bool) {
-	g := m.groups[id]
-	if g == nil {
-		return GroupView{}, false
-	}
-	v := GroupView{Group: g.Group, Task: g.Task, Purpose: g.Purpose, Size: g.Size, Started: g.fact, Closed: g.closed,
-		Batch: g.batch, Dropped: g.dropped, DropSeal: g.dropSeal, Slots: g.slots, Attempts: []AttemptRow{}, State: m.groupState(g)}
-	for _, id := range g.members {
-		a := m.attempts[id]
-		r := m.attemptRow(a)
-		for _, t := range a.generated() {
-			if j := a.judgedTurn(t.Turn); j != nil {
-				r.TurnTrained = append(r.TurnTrained, j.Trained)
-			}
-		}
-		v.Attempts = append(v.Attempts, r)
-	}
-	return v, true
-}
-
-func (m *Model) groupState(g *group) string {
-	switch {
-	case g.batch != 0:
-		return "in_batch"
-	case g.dropped != "":
-		return "dropped"
-	case g.Purpose != "" && g.Purpose != events.PurposeTrain:
-		return "not_for_training"
-	}
-	return "in_flight"
 }
 
 // AttemptView is one attempt's turns as a timeline.
@@ -403,113 +220,6 @@ type Lineage struct {
 	Reason       string `json:"reason"`
 }
 
-// AttemptView builds an attempt's timeline; ok is false when it is unknown.
-func (m *Model) AttemptView(id string) (AttemptView, bool) {
-	a := m.attempts[id]
-	if a == nil || !a.started {
-		return AttemptView{}, false
-	}
-	g := m.groups[a.Group]
-	v := AttemptView{AttemptRow: m.attemptRow(a), Engine: a.Engine, VM: a.VM, ForkMS: a.ForkMS, Started: a.fact,
-		MaxStaleness: m.config.MaxStaleness, TurnList: make([]TurnView, 0, len(a.turns))}
-	if t := m.tasks[a.Task]; t != nil {
-		v.TaskPrompt, v.TaskPromptCut = t.Prompt, t.PromptCut
-	}
-	var grad *Gradient
-	if a.batch != 0 {
-		b := m.batches[a.batch-1]
-		tv := b.TrainerVersion
-		v.TrainerVersion = &tv
-		if gr, ok := m.gradients[int64(a.batch)]; ok {
-			grad = &Gradient{GradientApplied: gr.GradientApplied, Fact: gr.fact, DigestMatches: gr.BatchDigest == b.Digest}
-			v.Gradient = grad
-		}
-	}
-	for _, t := range a.generated() {
-		tv := TurnView{Turn: t.Turn, Fact: t.fact, PromptTokens: t.PromptTokens, CompletionTokens: t.CompletionTokens,
-			CachedTokens: t.CachedTokens, ObservationIDs: orEmpty(t.ObservationTokenIDs), TokenIDs: orEmpty(t.TokenIDs),
-			Logprobs: t.Logprobs, Text: t.Text, TextCut: t.TextCut, Finish: t.Finish, LatencyMS: t.LatencyMS,
-			Tools: t.tools, Compaction: t.compaction}
-		if tv.Logprobs == nil {
-			tv.Logprobs = []float32{}
-		}
-		if tv.Tools == nil {
-			tv.Tools = []events.ToolCalled{}
-		}
-		tv.Segments, tv.Lineage = m.lineage(a, g, t, v.TrainerVersion, grad)
-		tv.Judged = a.judgedTurn(t.Turn) != nil
-		v.TurnList = append(v.TurnList, tv)
-	}
-	if i := slices.Index(m.attList, id); i >= 0 {
-		if i > 0 {
-			v.PrevAttempt = m.attList[i-1]
-		}
-		if i+1 < len(m.attList) {
-			v.NextAttempt = m.attList[i+1]
-		}
-	}
-	if voc := m.vocabularyOf(a.Engine); voc != nil {
-		v.Vocabulary = voc.decode(v.TurnList)
-	}
-	return v, true
-}
-
-func orEmpty(s []int32) []int32 {
-	if s == nil {
-		return []int32{}
-	}
-	return s
-}
-
-// lineage judges a turn: the version segments as its batch judged them (or
-// as generated, with staleness unknown, before one did), and its fate.
-func (m *Model) lineage(a *attempt, g *group, t *turn, trainerVersion *uint64, grad *Gradient) ([]projections.TurnSegment, Lineage) {
-	segs := make([]projections.TurnSegment, 0, len(t.VersionSegments))
-	if j := a.judgedTurn(t.Turn); j != nil {
-		if len(j.Segments) > 0 {
-			segs = append(segs, j.Segments...)
-		} else {
-			segs = append(segs, projections.TurnSegment{Start: 0, PolicyVersion: j.PolicyVersion, Staleness: j.Staleness, Trained: j.Trained})
-		}
-		l := Lineage{State: "masked", Batch: a.batch}
-		trained := 0
-		for _, s := range segs {
-			if s.Trained {
-				trained++
-			}
-		}
-		switch {
-		case trained == len(segs):
-			l.State, l.Reason = "trained", "trained in batch"
-		case trained > 0:
-			l.State, l.Reason = "partly_trained", "some version segments exceed max_staleness and are masked"
-		default:
-			l.Reason = "masked: staleness exceeds max_staleness"
-		}
-		if grad != nil && trained > 0 {
-			st := grad.Step
-			l.GradientStep = &st
-		} else if trained > 0 {
-			l.Reason += "; no gradient.applied reported for the batch yet"
-		}
-		return segs, l
-	}
-	for _, s := range t.VersionSegments {
-		segs = append(segs, projections.TurnSegment{Start: s.Start, PolicyVersion: s.PolicyVersion})
-	}
-	switch {
-	case g.Purpose != "" && g.Purpose != events.PurposeTrain:
-		return segs, Lineage{State: "not_for_training", Reason: g.Purpose + " group: never trains"}
-	case g.dropped != "":
-		return segs, Lineage{State: "dropped", Reason: "group dropped: " + g.dropped, Batch: g.dropSeal}
-	case a.failed != "":
-		return segs, Lineage{State: "failed", Reason: "attempt failed: " + a.failed}
-	case a.batch != 0:
-		return segs, Lineage{State: "masked", Batch: a.batch, Reason: "turn not held by the batch"}
-	}
-	return segs, Lineage{State: "pending", Reason: "group not in a batch yet"}
-}
-
 // TaskRow is a task as the tasks list shows it.
 type TaskRow struct {
 	Task       string  `json:"task"`
@@ -525,29 +235,6 @@ type TaskRow struct {
 	Solved     int     `json:"solved"`
 }
 
-func (m *Model) taskRow(t *task) TaskRow {
-	r := TaskRow{Task: t.Task, Kind: t.Kind, Tier: t.Tier, Registered: t.registered, Decision: t.decision,
-		Probes: t.admission.Probes, Passes: t.admission.Passes, PassRate: t.admission.PassRate, Groups: len(t.groups)}
-	for _, gid := range t.groups {
-		for _, aid := range m.groups[gid].members {
-			r.Attempts++
-			if rw := m.attempts[aid].reward; rw != nil && rw.Passed {
-				r.Solved++
-			}
-		}
-	}
-	return r
-}
-
-// Tasks lists the run's tasks in the order first seen.
-func (m *Model) Tasks() []TaskRow {
-	out := make([]TaskRow, 0, len(m.taskOrder))
-	for _, id := range m.taskOrder {
-		out = append(out, m.taskRow(m.tasks[id]))
-	}
-	return out
-}
-
 // TaskView is one task: its registration, probes and admission.
 type TaskView struct {
 	TaskRow
@@ -561,27 +248,9 @@ type TaskView struct {
 	// decision; DecisionSeq its number among decisions of its kind.
 	DecidedAt   *projections.FactPosition `json:"decided_at"`
 	DecisionSeq uint64                    `json:"decision_seq,omitempty"`
-	GroupList   []GroupView               `json:"group_list"`
-}
-
-// TaskView builds a task's view; ok is false when it is unknown.
-func (m *Model) TaskView(id string) (TaskView, bool) {
-	t := m.tasks[id]
-	if t == nil {
-		return TaskView{}, false
-	}
-	v := TaskView{TaskRow: m.taskRow(t), Source: t.Source, Prompt: t.Prompt, PromptCut: t.PromptCut, Gates: t.Gates, RegisteredAt: t.fact,
-		DecisionSeq: t.decisionSeq, GroupList: []GroupView{}}
-	if v.Gates == nil {
-		v.Gates = []events.Gate{}
-	}
-	if t.decidedAt.Seq != 0 {
-		p := t.decidedAt
-		v.DecidedAt = &p
-	}
-	for _, gid := range t.groups {
-		gv, _ := m.GroupView(gid)
-		v.GroupList = append(v.GroupList, gv)
-	}
-	return v, true
+	// GroupList is a page of the task's groups in the order started
+	// (TaskGroupPage of them); GroupsNext the cursor of the next page,
+	// empty at the end.
+	GroupList  []GroupView `json:"group_list"`
+	GroupsNext string      `json:"groups_next"`
 }

@@ -3,7 +3,9 @@ package explore
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/rolloutledger/rolloutledger/events"
@@ -25,19 +27,9 @@ type vocabulary struct {
 // engines' have about 260 thousand).
 const maxVocabulary = 1 << 22
 
-// vocabularyFact folds one chunk of an engine's vocabulary.
-func (m *Model) vocabularyFact(d *events.VocabularyRegistered) {
-	v := m.vocabs[d.Engine]
-	if v == nil {
-		v = &vocabulary{engine: d.Engine, model: d.Model, size: d.Size, chunks: d.Chunks, got: map[int]bool{}}
-		m.vocabs[d.Engine] = v
-		m.vocabOrder = append(m.vocabOrder, d.Engine)
-	}
-	if v.got[d.Chunk] || d.Size != v.size || d.Chunks != v.chunks {
-		// A chunk again, or one of another registration of the engine:
-		// the first registration stands.
-		return
-	}
+// add folds one chunk that counts (the first of its number, of the
+// engine's first registration).
+func (v *vocabulary) add(d *events.VocabularyRegistered) {
 	v.got[d.Chunk] = true
 	end := int64(d.First) + int64(len(d.Offsets))
 	if end > v.size || end > maxVocabulary {
@@ -58,16 +50,62 @@ func (m *Model) vocabularyFact(d *events.VocabularyRegistered) {
 	}
 }
 
+// vocabCache keeps the vocabularies decoded from the records, by run and
+// engine, as of how many chunks they held: a vocabulary is read once, not
+// per attempt view.
+type vocabCache struct {
+	mu sync.Mutex
+	m  map[string]*vocabulary
+}
+
+// maxCachedVocabularies bounds the vocabularies a cache keeps.
+const maxCachedVocabularies = 16
+
 // vocabularyOf is the vocabulary to decode an engine's tokens with: the
 // engine's own, else the run's only one; nil when there is none.
-func (m *Model) vocabularyOf(engine string) *vocabulary {
-	if v := m.vocabs[engine]; v != nil {
-		return v
+func (s *Snapshot) vocabularyOf(engine string) (*vocabulary, error) {
+	if !slices.Contains(s.sum.Engines, engine) {
+		if len(s.sum.Engines) != 1 {
+			return nil, nil
+		}
+		engine = s.sum.Engines[0]
 	}
-	if len(m.vocabOrder) == 1 {
-		return m.vocabs[m.vocabOrder[0]]
+	rec, err := getJSON[vocabRec](s.r, idKey(kVocab, engine))
+	if err != nil || rec == nil {
+		return nil, err
 	}
-	return nil
+	ck := s.run + "\x00" + engine + "\x00" + strconv.Itoa(len(rec.Got))
+	c := s.vocabs
+	c.mu.Lock()
+	v := c.m[ck]
+	c.mu.Unlock()
+	if v != nil {
+		return v, nil
+	}
+	v = &vocabulary{engine: engine, model: rec.Model, size: rec.Size, chunks: rec.Chunks, got: map[int]bool{}}
+	for _, n := range rec.Got {
+		raw, ok, err := s.r.Get(append(append(idKey(kVocabChunk, engine), 0), u64(uint64(int64(n)))...))
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, fmt.Errorf("explore: chunk %d of %s's vocabulary is not stored", n, engine)
+		}
+		_, ev, err := readRaw(raw)
+		if err != nil {
+			return nil, err
+		}
+		if d, ok := ev.Data.(*events.VocabularyRegistered); ok {
+			v.add(d)
+		}
+	}
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= maxCachedVocabularies {
+		c.m = map[string]*vocabulary{}
+	}
+	c.m[ck] = v
+	c.mu.Unlock()
+	return v, nil
 }
 
 // Vocabulary is the part of a vocabulary an attempt view needs: the pieces

@@ -64,9 +64,9 @@ func TestEvictedRunResumesIdentically(t *testing.T) {
 		s.idleWindows = idle
 		var r result
 		for _, w := range windows {
-			held := len(s.folds)
+			held := len(s.rf.folds)
 			b := db.NewBatch()
-			ds, _, err := p.foldInto(b, s.folds, w)
+			ds, _, err := p.foldInto(b, s.rf, w)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -77,8 +77,8 @@ func TestEvictedRunResumesIdentically(t *testing.T) {
 			for _, d := range ds {
 				r.decisions = append(r.decisions, d.Value)
 			}
-			if len(s.folds) > held {
-				r.evicted += len(s.folds) - held
+			if len(s.rf.folds) > held {
+				r.evicted += len(s.rf.folds) - held
 			}
 			s.evictIdle(w)
 		}

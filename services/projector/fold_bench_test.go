@@ -11,30 +11,42 @@ import (
 	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
 	"github.com/rolloutledger/rolloutledger/events"
 	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
-	"github.com/rolloutledger/rolloutledger/projections"
 )
 
 // BenchmarkFoldWindows is the projector's own fold path without Kafka: a
 // simulated run folded window by window into Pebble, each window one
-// batch committed as the service commits it (synced). Compare with
-// BenchmarkFold in projections/, the same fold into memory.
+// batch committed as the service commits it (synced), with the run
+// explorer's records. Compare with BenchmarkFold in projections/, the same
+// fold into memory. The tokens shape carries what a real run's turns do:
+// token ids, log-probs and text.
 //
 //	go test -run='^$' -bench=FoldWindows -benchtime=3x ./services/projector/
 func BenchmarkFoldWindows(b *testing.B) {
-	plan, err := simulate.Generate(simulate.Options{Seed: 5, Tasks: 48, Steps: 8, BatchGroups: 16}, "fold-run")
-	if err != nil {
-		b.Fatal(err)
-	}
-	var msgs []kafkalog.Message
-	for i, ev := range plan.All() {
-		v, err := events.Encode(ev)
+	for _, shape := range []struct {
+		name         string
+		tokens, text bool
+	}{{"no-tokens", false, false}, {"tokens", true, true}} {
+		plan, err := simulate.Generate(simulate.Options{Seed: 5, Tasks: 48, Steps: 8, BatchGroups: 16, Tokens: shape.tokens, Text: shape.text}, "fold-run")
 		if err != nil {
 			b.Fatal(err)
 		}
-		msgs = append(msgs, kafkalog.Message{Value: v, Offset: int64(i)})
+		var msgs []kafkalog.Message
+		for i, ev := range plan.All() {
+			v, err := events.Encode(ev)
+			if err != nil {
+				b.Fatal(err)
+			}
+			msgs = append(msgs, kafkalog.Message{Value: v, Offset: int64(i)})
+		}
+		for _, window := range []int{100, 2000} {
+			benchFoldWindows(b, shape.name, window, msgs)
+		}
 	}
-	for _, window := range []int{100, 2000} {
-		b.Run(fmt.Sprintf("window-%d", window), func(b *testing.B) {
+}
+
+func benchFoldWindows(b *testing.B, shape string, window int, msgs []kafkalog.Message) {
+	{
+		b.Run(fmt.Sprintf("%s/window-%d", shape, window), func(b *testing.B) {
 			b.ReportAllocs()
 			n := 0
 			for b.Loop() {
@@ -43,7 +55,7 @@ func BenchmarkFoldWindows(b *testing.B) {
 					b.Fatal(err)
 				}
 				p := &Projector{o: Options{Kafka: kafkalog.Config{}}, db: db, log: slog.New(slog.DiscardHandler)}
-				folds := map[string]*projections.Fold{}
+				folds := newRunFolds()
 				for lo := 0; lo < len(msgs); lo += window {
 					// foldWindow without the emit: fold, offset, synced commit.
 					batch := p.db.NewBatch()

@@ -38,7 +38,7 @@ func TestManifestStoredAsServed(t *testing.T) {
 		window = append(window, kafkalog.Message{Value: v, Offset: int64(i)})
 	}
 	b := db.NewBatch()
-	decided, _, err := p.foldInto(b, map[string]*projections.Fold{}, window)
+	decided, _, err := p.foldInto(b, newRunFolds(), window)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,7 +33,7 @@ func BenchmarkMemoryVsRunLength(b *testing.B) {
 			b.Fatal(err)
 		}
 		p := &Projector{o: Options{Kafka: kafkalog.Config{}}, db: db, log: slog.New(slog.DiscardHandler)}
-		folds := map[string]*projections.Fold{}
+		folds := newRunFolds()
 		heap0, rss0 := memNow()
 		b.Logf("%d facts; baseline heap %.1f MiB, RSS %.1f MiB", len(all), heap0, rss0)
 		sealed, next := 0, len(all)/10

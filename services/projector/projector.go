@@ -36,6 +36,7 @@ import (
 	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/internal/telemetry"
 	"github.com/rolloutledger/rolloutledger/projections"
+	"github.com/rolloutledger/rolloutledger/services/explore"
 )
 
 // Options configure a Projector.
@@ -319,9 +320,9 @@ func (s store) Open(_ context.Context, parts []kafkalog.TopicPartition) (consume
 // only those in flight. Evicting a fold changes no decision: the next
 // record of the run makes a new one over the same stored state.
 type session struct {
-	p     *Projector
-	part  int
-	folds map[string]*projections.Fold
+	p    *Projector
+	part int
+	rf   *runFolds
 	// windows counts the windows folded; seen is, per run key, the last
 	// window that held a record of it.
 	windows     uint64
@@ -334,11 +335,11 @@ type session struct {
 const idleWindows = 512
 
 func newSession(p *Projector, part int) *session {
-	return &session{p: p, part: part, folds: map[string]*projections.Fold{}, seen: map[string]uint64{}, idleWindows: idleWindows}
+	return &session{p: p, part: part, rf: newRunFolds(), seen: map[string]uint64{}, idleWindows: idleWindows}
 }
 
 func (s *session) Apply(ctx context.Context, w *consumer.Window) error {
-	if err := s.p.foldWindow(ctx, s.part, s.folds, w); err != nil {
+	if err := s.p.foldWindow(ctx, s.part, s.rf, w); err != nil {
 		return err
 	}
 	s.evictIdle(w.Records)
@@ -355,9 +356,10 @@ func (s *session) evictIdle(window []kafkalog.Message) {
 			s.seen[string(m.Key)] = s.windows
 		}
 	}
-	for run := range s.folds {
+	for run := range s.rf.folds {
 		if s.windows-s.seen[run] >= s.idleWindows {
-			delete(s.folds, run)
+			delete(s.rf.folds, run)
+			delete(s.rf.explore, run)
 		}
 	}
 	for run, last := range s.seen {
@@ -417,7 +419,7 @@ func (p *Projector) Offset(part int) (int64, error) {
 // batch is committed — and announced to the trainers waiting for it — as
 // soon as the fact that completes it is folded, not after the rest of
 // its window.
-func (p *Projector) foldWindow(ctx context.Context, part int, folds map[string]*projections.Fold, w *consumer.Window) error {
+func (p *Projector) foldWindow(ctx context.Context, part int, rf *runFolds, w *consumer.Window) error {
 	window := w.Records
 	ctx, span := p.startProcess(ctx, part, window)
 	defer span.End()
@@ -430,7 +432,7 @@ func (p *Projector) foldWindow(ctx context.Context, part int, folds map[string]*
 		if pre != nil {
 			head = pre[start:]
 		}
-		n, err := p.foldPart(ctx, part, folds, w, window[start:], head)
+		n, err := p.foldPart(ctx, part, rf, w, window[start:], head)
 		if err != nil {
 			span.RecordError(err)
 			span.SetStatus(codes.Error, "fold failed")
@@ -445,10 +447,10 @@ func (p *Projector) foldWindow(ctx context.Context, part int, folds map[string]*
 // fact that seals a batch, or all of it, into one Pebble batch with the
 // partition's next offset; emits the part's decisions, and only then
 // commits the batch. It returns how many records the part held.
-func (p *Projector) foldPart(ctx context.Context, part int, folds map[string]*projections.Fold, w *consumer.Window, window []kafkalog.Message, pre []prepared) (int, error) {
+func (p *Projector) foldPart(ctx context.Context, part int, rf *runFolds, w *consumer.Window, window []kafkalog.Message, pre []prepared) (int, error) {
 	b := p.db.NewBatch()
 	defer b.Close()
-	decided, causes, err := p.foldPrepared(b, folds, window, pre, true)
+	decided, causes, err := p.foldPrepared(b, rf, window, pre, true)
 	if err != nil {
 		return 0, err
 	}
@@ -508,19 +510,22 @@ func sealed(ds []projections.Decision) bool {
 // for each, the index in window of the record that caused it. The fold
 // reads and writes its state in a window over the database, which goes
 // into b once, at the end.
-func (p *Projector) foldInto(b *pebble.Batch, folds map[string]*projections.Fold, window []kafkalog.Message) ([]projections.Decision, []int, error) {
-	return p.foldPrepared(b, folds, window, nil, false)
+func (p *Projector) foldInto(b *pebble.Batch, rf *runFolds, window []kafkalog.Message) ([]projections.Decision, []int, error) {
+	return p.foldPrepared(b, rf, window, nil, false)
 }
 
 // foldPrepared is foldInto with the records decoded ahead (pre, one per
 // record of window), or decoded here when pre is nil. With untilSeal it
 // stops after the first record whose decisions seal a batch: the records
 // after it are left for another batch.
-func (p *Projector) foldPrepared(b *pebble.Batch, folds map[string]*projections.Fold, window []kafkalog.Message, pre []prepared, untilSeal bool) ([]projections.Decision, []int, error) {
+func (p *Projector) foldPrepared(b *pebble.Batch, rf *runFolds, window []kafkalog.Message, pre []prepared, untilSeal bool) ([]projections.Decision, []int, error) {
 	var decided []projections.Decision
 	var causes []int
 	ws := newWindow(p.db)
 	stores := map[string]*foldstore.PrefixStore{}
+	// The run explorer's records of the runs the part holds, written
+	// with the fold's state (docs/design.md §12.4).
+	xstores := map[string]*foldstore.PrefixStore{}
 	if len(pre) != len(window) {
 		pre = nil
 	}
@@ -551,13 +556,16 @@ func (p *Projector) foldPrepared(b *pebble.Batch, folds map[string]*projections.
 			if err := countMisrouted(ws, ev.Run); err != nil {
 				return nil, nil, err
 			}
+			if err := explore.Misrouted(exploreStore(ws, ev.Run), d.Value); err != nil {
+				return nil, nil, err
+			}
 			decided, causes = append(decided, d), append(causes, i)
 			continue
 		}
-		f := folds[ev.Run]
+		f := rf.folds[ev.Run]
 		if f == nil {
 			f = projections.NewFold(ev.Run)
-			folds[ev.Run] = f
+			rf.folds[ev.Run] = f
 			if err := noteRun(ws, ev.Run, ev.At); err != nil {
 				return nil, nil, err
 			}
@@ -567,11 +575,22 @@ func (p *Projector) foldPrepared(b *pebble.Batch, folds map[string]*projections.
 			st = stateStore(ws, ev.Run)
 			stores[ev.Run] = st
 		}
-		ds, err := f.Apply(st, projections.Record{Value: m.Value, Event: ev, Partition: int32(m.Partition), Offset: m.Offset, Digests: dg})
+		xw, xs, err := rf.explorer(ws, xstores, st, ev.Run)
+		if err != nil {
+			return nil, nil, err
+		}
+		rec := projections.Record{Value: m.Value, Event: ev, Partition: int32(m.Partition), Offset: m.Offset, Digests: dg}
+		ds, err := f.Apply(st, rec)
 		if err != nil {
 			return nil, nil, fmt.Errorf("fold %s at %d/%d: %w", ev.Run, m.Partition, m.Offset, err)
 		}
+		if err := xw.Fact(xs, rec, f.Repeat(), m.Time); err != nil {
+			return nil, nil, fmt.Errorf("explorer %s at %d/%d: %w", ev.Run, m.Partition, m.Offset, err)
+		}
 		for _, d := range ds {
+			if err := xw.Decision(xs, d.Seq, d.Value); err != nil {
+				return nil, nil, fmt.Errorf("explorer %s at %d/%d: %w", ev.Run, m.Partition, m.Offset, err)
+			}
 			if err := b.Set(decisionKey(d.Run, d.Kind, d.Seq), d.Value, nil); err != nil {
 				return nil, nil, err
 			}
@@ -597,6 +616,11 @@ func (p *Projector) foldPrepared(b *pebble.Batch, folds map[string]*projections.
 		decided = append(decided, ds...)
 		if untilSeal && sealed(ds) {
 			break
+		}
+	}
+	for run, xs := range xstores {
+		if err := rf.explore[run].Flush(xs); err != nil {
+			return nil, nil, fmt.Errorf("explorer %s: %w", run, err)
 		}
 	}
 	if err := ws.Flush(b); err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/rolloutledger/rolloutledger/events"
 	"github.com/rolloutledger/rolloutledger/projections"
+	"github.com/rolloutledger/rolloutledger/services/explore"
 )
 
 // Decision returns the record value of a run's seq-th decision of a kind.
@@ -220,4 +221,64 @@ func (p *Projector) Misrouted(run string) (uint64, error) {
 func (p *Projector) Folded(run string) (uint64, error) {
 	v, err := projections.ViewSummary(stateStore(newWindow(p.db), run))
 	return v.Facts, err
+}
+
+// RunIDs lists the ids of the runs the projector has seen, in the order of
+// [Projector.Runs].
+func (p *Projector) RunIDs() ([]string, error) {
+	infos, err := p.Runs()
+	out := make([]string, len(infos))
+	for i, ri := range infos {
+		out[i] = ri.Run
+	}
+	return out, err
+}
+
+// ExplorerRecords opens a consistent read of a run's explorer records, as
+// committed with the state (docs/design.md §12.4); release ends it.
+func (p *Projector) ExplorerRecords(run string) (explore.Reader, func(), error) {
+	snap := p.db.NewSnapshot()
+	return &prefixReader{r: snap, prefix: explorePrefix(run)}, func() { _ = snap.Close() }, nil
+}
+
+// prefixReader reads the keys of a Pebble reader under a prefix.
+type prefixReader struct {
+	r      pebble.Reader
+	prefix []byte
+}
+
+func (pr *prefixReader) Get(k []byte) ([]byte, bool, error) {
+	return get(pr.r, append(slices.Clip(pr.prefix), k...))
+}
+
+func (pr *prefixReader) Scan(prefix, after []byte, fn func(k, v []byte) (bool, error)) error {
+	lower := append(slices.Clip(pr.prefix), prefix...)
+	if after != nil && bytes.Compare(after, prefix) > 0 {
+		lower = append(append(slices.Clip(pr.prefix), after...), 0)
+	}
+	upper := successor(append(slices.Clip(pr.prefix), prefix...))
+	it, err := pr.r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return err
+	}
+	for it.First(); it.Valid(); it.Next() {
+		more, err := fn(it.Key()[len(pr.prefix):], it.Value())
+		if err != nil || !more {
+			return errors.Join(err, it.Close())
+		}
+	}
+	return errors.Join(it.Error(), it.Close())
+}
+
+// successor is the least key greater than every key with prefix p (nil
+// when there is none).
+func successor(p []byte) []byte {
+	s := slices.Clone(p)
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] < 0xff {
+			s[i]++
+			return s[:i+1]
+		}
+	}
+	return nil
 }

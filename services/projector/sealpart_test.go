@@ -48,7 +48,7 @@ func TestSealCommitsAtItsFact(t *testing.T) {
 	}
 	defer whole.Close()
 	b := whole.db.NewBatch()
-	want, wantCauses, err := whole.foldInto(b, map[string]*projections.Fold{}, window)
+	want, wantCauses, err := whole.foldInto(b, newRunFolds(), window)
 	b.Close()
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +77,7 @@ func TestSealCommitsAtItsFact(t *testing.T) {
 		commits = append(commits, commit{next, decided})
 	}
 	w := &consumer.Window{Records: window}
-	if err := p.foldWindow(ctx, 0, map[string]*projections.Fold{}, w); err != nil {
+	if err := p.foldWindow(ctx, 0, newRunFolds(), w); err != nil {
 		t.Fatal(err)
 	}
 

@@ -261,7 +261,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		s.proj = p
 		if slices.Contains(o.Only, ServiceAPI) {
 			(&api.Service{Projector: p, Logger: log, Streams: o.HTTP.Streams}).Register(mux)
-			(&explore.Service{Kafka: o.Kafka, Runs: p, Logger: log}).Register(mux)
+			(&explore.Service{Kafka: o.Kafka, Runs: p, Records: p.ExplorerRecords, Logger: log}).Register(mux)
 		}
 	}
 	if slices.Contains(o.Only, ServicePgsink) {

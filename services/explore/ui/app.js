@@ -207,8 +207,11 @@ function bindFilters(root) {
   const form = $("[data-filters]", root);
   if (!form) return;
   const apply = () => {
-    const [path] = location.hash.split("?");
+    const [path, query] = location.hash.split("?");
     const q = new URLSearchParams();
+    // Filters apply to the page of a paged list shown: it stays.
+    const page = new URLSearchParams(query || "").get("page");
+    if (page) q.set("page", page);
     new FormData(form).forEach((val, k) => { if (val !== "") q.set(k, val); });
     const h = path + (q.toString() ? "?" + q : "");
     history.replaceState(null, "", h);
@@ -655,30 +658,37 @@ const views = {
   },
 
   async attempts(q, run) {
-    const d = await get(runBase(run, "attempts"));
+    // The list comes in pages (the server bounds each); filters and sorts
+    // apply to the page shown.
+    const cursor = q.get("page") || "";
+    const d = await get(runBase(run, "attempts"), cursor && !bundle ? { cursor } : undefined);
     setCrumbs([["#/", "runs"], [hRun(run), run], [hRun(run) + "/attempts", "attempts"]]);
-    return { data: d, html: `<h1>Attempts of ${esc(run)}</h1>${filterBar(ATTEMPT_FILTERS(d.attempts), q)}${attemptsTable(run, d.attempts, q)}` };
+    const first = Number(cursor || 0) + 1;
+    const pages = d.next || cursor ? `<p class="muted" data-k="page" data-v="${first}">attempts ${first}–${first + d.attempts.length - 1} of ${d.total} in the order started${cursor ? " · " + link(hRun(run) + "/attempts", "first page") : ""}${d.next ? " · " + link(hRun(run) + "/attempts?page=" + enc(d.next), "next page") : ""}</p>` : "";
+    return { data: d, html: `<h1>Attempts of ${esc(run)}</h1>${pages}${filterBar(ATTEMPT_FILTERS(d.attempts), q)}${attemptsTable(run, d.attempts, q)}` };
   },
 
   async tasks(q, run) {
-    const d = await get(runBase(run, "tasks"));
+    const cursor = q.get("page") || "";
+    const d = await get(runBase(run, "tasks"), cursor && !bundle ? { cursor } : undefined);
     setCrumbs([["#/", "runs"], [hRun(run), run], [hRun(run) + "/tasks", "tasks"]]);
     const rows = d.tasks.filter((t) => (!q.get("q") || t.task.includes(q.get("q"))) && (!q.get("decision") || t.decision === q.get("decision")));
     return { data: d, html: `<h1>Tasks of ${esc(run)}</h1>${filterBar([{ name: "q", label: "search", ph: "task id" }, { name: "decision", label: "admission", options: ["admitted", "rejected", "pending"] }], q)}
-    <div class="muted" data-k="shown" data-v="${rows.length}">${rows.length} of ${d.tasks.length} tasks</div>
+    <div class="muted" data-k="shown" data-v="${rows.length}">${rows.length} of ${d.tasks.length} tasks${d.next ? " · " + link(hRun(run) + "/tasks?page=" + enc(d.next), "next page") : ""}${cursor ? " · " + link(hRun(run) + "/tasks", "first page") : ""}</div>
     <table><thead><tr><th>task</th><th>kind</th><th class="num">tier</th><th>decision</th><th class="num">probes</th><th class="num">passes</th><th class="num">probe pass rate</th><th class="num">groups</th><th class="num">attempts</th><th class="num">solved</th></tr></thead><tbody>
     ${rows.map((t) => `<tr class="click" data-href="${esc(hTask(run, t.task))}" data-row="${esc(t.task)}"><td>${link(hTask(run, t.task), t.task)}</td><td>${esc(t.kind)}</td><td class="num">${t.tier}</td><td>${esc(t.decision)}</td><td class="num">${t.probes}</td><td class="num">${t.passes}</td><td class="num">${pct(t.pass_rate)}</td><td class="num">${t.groups}</td><td class="num">${t.attempts}</td><td class="num">${t.solved}</td></tr>`).join("")}</tbody></table>` };
   },
 
   async task(q, run, id) {
-    const d = await get(runBase(run, "tasks", id));
+    const cursor = q.get("page") || "";
+    const d = await get(runBase(run, "tasks", id), cursor && !bundle ? { cursor } : undefined);
     setCrumbs([["#/", "runs"], [hRun(run), run], [hRun(run) + "/tasks", "tasks"], [hTask(run, id), id]]);
     return { data: d, html: `<h1>Task ${esc(d.task)} <span class="pill">${v("decision", d.decision, d.decision)}</span></h1>
     <p>${esc(d.kind)} · tier ${d.tier} · source ${esc(d.source)} · registered at fact ${d.registered_at.seq} · gates ${d.gates.map((g) => esc(g.name) + (g.passed ? " ✓" : " ✗")).join(", ") || "–"}</p>
     <div class="cards">${card("probes", "probes", d.probes)}${card("passes", "passes", d.passes)}${card("probe pass rate", "pass_rate", d.pass_rate, pct(d.pass_rate))}${card("decided at fact", "decided_at", d.decided_at ? d.decided_at.seq : null, d.decided_at ? String(d.decided_at.seq) : "pending")}${card("attempts", "attempts", d.attempts)}${card("solved", "solved", d.solved)}</div>
     <details class="audit"><summary>log positions, for auditors</summary>registered by fact ${d.registered_at.seq} (partition ${d.registered_at.partition}, offset ${d.registered_at.offset})${d.decided_at ? ` · decision ${d.decision_seq} caused by fact ${d.decided_at.seq} (partition ${d.decided_at.partition}, offset ${d.decided_at.offset})` : ""}</details>
     ${d.prompt || d.prompt_cut ? `<div class="turn">${cutText(d.prompt, d.prompt_cut, "prompt_cut")}</div>` : ""}
-    <h2>Groups</h2><table><thead><tr><th>group</th><th>purpose</th><th>state</th><th class="num">attempts</th><th class="num">passed</th><th>batch</th></tr></thead><tbody>
+    <h2>Groups</h2>${d.groups_next || cursor ? `<p class="muted" data-k="group-page">groups ${Number(cursor || 0) + 1}–${Number(cursor || 0) + d.group_list.length} of ${d.groups}${cursor ? " · " + link(hTask(run, id), "first page") : ""}${d.groups_next ? " · " + link(hTask(run, id) + "?page=" + enc(d.groups_next), "next page") : ""}</p>` : ""}<table><thead><tr><th>group</th><th>purpose</th><th>state</th><th class="num">attempts</th><th class="num">passed</th><th>batch</th></tr></thead><tbody>
     ${d.group_list.map((g) => `<tr class="click" data-href="${esc(hGroup(run, g.group))}" data-row="${esc(g.group)}"><td>${link(hGroup(run, g.group), g.group)}</td><td>${esc(g.purpose)}</td><td>${esc(g.state)}${g.dropped ? ": " + esc(g.dropped) : ""}</td><td class="num">${g.attempts.length}</td><td class="num">${g.attempts.filter((a) => a.passed).length}</td><td>${g.batch ? link(hStep(run, g.batch), "batch " + g.batch) : "–"}</td></tr>`).join("")}</tbody></table>` };
   },
 };

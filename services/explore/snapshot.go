@@ -1,0 +1,815 @@
+package explore
+
+import (
+	"cmp"
+	"encoding/binary"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/segmentio/encoding/json"
+
+	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/projections"
+)
+
+// Snapshot is one run's explorer records as its views read them: every
+// view is a few point reads and scans bounded by what it shows (an
+// attempt's turns, a group's members, a page of a list), never a fold of
+// the run's history. The records it reads are decoded once per snapshot.
+type Snapshot struct {
+	run    string
+	r      Reader
+	sum    *sumRec
+	vocabs *vocabCache
+
+	atts  map[string]*attRec
+	grps  map[string]*grpRec
+	tasks map[string]*taskRec
+	steps map[uint64]*stepRec
+	grads map[uint64]*gradRec
+}
+
+// OpenSnapshot reads run's records from r; ok is false when it holds none.
+// vocabs, when not nil, keeps decoded vocabularies between snapshots.
+func OpenSnapshot(run string, r Reader, vocabs *vocabCache) (*Snapshot, bool, error) {
+	sum, err := getJSON[sumRec](r, []byte{kSummary})
+	if err != nil || sum == nil {
+		return nil, false, err
+	}
+	s := emptySnapshot(run, r, vocabs)
+	s.sum = sum
+	return s, true, nil
+}
+
+func emptySnapshot(run string, r Reader, vocabs *vocabCache) *Snapshot {
+	if vocabs == nil {
+		vocabs = &vocabCache{}
+	}
+	return &Snapshot{run: run, r: r, sum: &sumRec{Versions: map[int]uint64{}, Config: events.DefaultConfig()}, vocabs: vocabs,
+		atts: map[string]*attRec{}, grps: map[string]*grpRec{}, tasks: map[string]*taskRec{}, steps: map[uint64]*stepRec{}, grads: map[uint64]*gradRec{}}
+}
+
+// Run is the snapshot's run.
+func (s *Snapshot) Run() string { return s.run }
+
+// Facts is the number of facts the records hold.
+func (s *Snapshot) Facts() uint64 { return s.sum.Facts }
+
+// Partial says the records began after the run's first fact.
+func (s *Snapshot) Partial() bool { return s.sum.Partial }
+
+func cached[T any](s *Snapshot, cache map[string]*T, kind byte, id string) (*T, error) {
+	if v, ok := cache[id]; ok {
+		return v, nil
+	}
+	v, err := getJSON[T](s.r, idKey(kind, id))
+	if err == nil {
+		cache[id] = v
+	}
+	return v, err
+}
+
+func (s *Snapshot) attempt(id string) (*attRec, error) { return cached(s, s.atts, kAttempt, id) }
+func (s *Snapshot) group(id string) (*grpRec, error)   { return cached(s, s.grps, kGroup, id) }
+func (s *Snapshot) task(id string) (*taskRec, error)   { return cached(s, s.tasks, kTask, id) }
+func (s *Snapshot) batch(seq uint64) (*batchRec, error) {
+	return getJSON[batchRec](s.r, key(kBatch, u64(seq)))
+}
+
+func (s *Snapshot) step(seq uint64) (*stepRec, error) {
+	if v, ok := s.steps[seq]; ok {
+		return v, nil
+	}
+	v, err := getJSON[stepRec](s.r, key(kStep, u64(seq)))
+	if err == nil {
+		s.steps[seq] = v
+	}
+	return v, err
+}
+
+func (s *Snapshot) gradient(batch uint64) (*gradRec, error) {
+	if v, ok := s.grads[batch]; ok {
+		return v, nil
+	}
+	v, err := getJSON[gradRec](s.r, key(kGradient, i64(int64(batch))))
+	if err == nil {
+		s.grads[batch] = v
+	}
+	return v, err
+}
+
+// ordered calls fn with the ids of an ordinal index (kind) after ordinal
+// after, in order, until fn returns false.
+func (s *Snapshot) ordered(kind byte, after uint64, fn func(ord uint64, id string) (bool, error)) error {
+	var from []byte
+	if after > 0 {
+		from = key(kind, u64(after))
+	}
+	return s.r.Scan([]byte{kind}, from, func(k, v []byte) (bool, error) {
+		return fn(binary.BigEndian.Uint64(k[1:]), string(v))
+	})
+}
+
+// Summary is the run's line of the runs list; now decides live or idle.
+func (s *Snapshot) Summary(now time.Time) RunSummary {
+	sum := s.sum
+	out := RunSummary{Run: s.run, Status: "idle", Facts: sum.Facts, Batches: sum.Sealed, TasksAdmitted: sum.Admitted,
+		TasksRejected: sum.Rejected, Findings: int(sum.Findings) + s.misroutedCount(), FirstFactAt: sum.FirstAt, LastActivity: sum.LastAt,
+		LastArrival: sum.ArrivedAt, Catalogue: []int{}}
+	last := sum.LastAt
+	if sum.ArrivedAt.After(last) {
+		last = sum.ArrivedAt
+	}
+	if !last.IsZero() && now.Sub(last) < LiveFor {
+		out.Status = "live"
+	}
+	for v := range sum.Versions {
+		out.Catalogue = append(out.Catalogue, v)
+	}
+	slices.Sort(out.Catalogue)
+	return out
+}
+
+func (s *Snapshot) misroutedCount() int {
+	n := 0
+	_ = s.r.Scan([]byte{kMisrouted}, nil, func([]byte, []byte) (bool, error) { n++; return true, nil })
+	return n
+}
+
+// funnels returns the admission funnel after each of seqs (ascending), one
+// pass over the funnel's index.
+func (s *Snapshot) funnels(seqs []uint64) ([]Funnel, error) {
+	out := make([]Funnel, len(seqs))
+	var f Funnel
+	i := 0
+	err := s.r.Scan([]byte{kFunnel}, nil, func(k, _ []byte) (bool, error) {
+		seq := binary.BigEndian.Uint64(k[1:])
+		for ; i < len(seqs) && seqs[i] < seq; i++ {
+			out[i] = f
+		}
+		if i == len(seqs) {
+			return false, nil
+		}
+		switch k[9] {
+		case funnelRegistered:
+			f.Registered++
+		case funnelProbed:
+			f.Probed++
+		case funnelAdmitted:
+			f.Admitted++
+		case funnelRejected:
+			f.Rejected++
+		}
+		return true, nil
+	})
+	for ; i < len(seqs); i++ {
+		out[i] = f
+	}
+	return out, err
+}
+
+// RunView builds the run view.
+func (s *Snapshot) RunView(now time.Time) (RunView, error) {
+	sum := s.sum
+	v := RunView{RunSummary: s.Summary(now), Config: sum.Config, Configured: sum.Configured, Steps: []Step{},
+		Reference: Reference{projections.RefZeroSignalRate, projections.RefInfraLostRate, projections.RefTruncatedLow, projections.RefTruncatedHigh},
+		Findings:  []Finding{}, Drops: map[string]int{}, Policies: []PolicyVersion{},
+		Funnel:   Funnel{Registered: sum.Registered, Probed: sum.Probed, Admitted: sum.AdmittedTasks, Rejected: sum.RejectedTasks},
+		InFlight: sum.InFlight}
+	var steps []*stepRec
+	err := s.r.Scan([]byte{kStep}, nil, func(_, val []byte) (bool, error) {
+		st := new(stepRec)
+		if err := json.Unmarshal(val, st); err != nil {
+			return false, fmt.Errorf("explore: step of %s: %w", s.run, err)
+		}
+		steps = append(steps, st)
+		return true, nil
+	})
+	if err != nil {
+		return v, err
+	}
+	norms := map[int64]float64{}
+	err = s.r.Scan([]byte{kGradient}, nil, func(k, val []byte) (bool, error) {
+		var g gradRec
+		if err := json.Unmarshal(val, &g); err != nil {
+			return false, fmt.Errorf("explore: gradient of %s: %w", s.run, err)
+		}
+		norms[g.G.Batch] = g.G.GradNorm
+		return true, nil
+	})
+	if err != nil {
+		return v, err
+	}
+	seqs := make([]uint64, len(steps))
+	for i, st := range steps {
+		seqs[i] = st.Audit.Fact
+	}
+	// The funnel's index is in fact order; steps are in batch order,
+	// which seals in fact order too.
+	order := make([]int, len(steps))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(seqs[a], seqs[b]) })
+	sorted := make([]uint64, len(steps))
+	for i, j := range order {
+		sorted[i] = seqs[j]
+	}
+	fs, err := s.funnels(sorted)
+	if err != nil {
+		return v, err
+	}
+	funnel := make([]Funnel, len(steps))
+	for i, j := range order {
+		funnel[j] = fs[i]
+	}
+	for i, st := range steps {
+		v.Steps = append(v.Steps, stepOf(st, funnel[i], norms))
+		for _, d := range st.Audit.Dropped {
+			v.Drops[d.Name] += d.N
+		}
+	}
+	if v.Findings, err = s.findings(); err != nil {
+		return v, err
+	}
+	err = s.r.Scan([]byte{kPolicy}, nil, func(_, val []byte) (bool, error) {
+		var p polRec
+		if err := json.Unmarshal(val, &p); err != nil {
+			return false, fmt.Errorf("explore: policy of %s: %w", s.run, err)
+		}
+		v.Policies = append(v.Policies, PolicyVersion{p.P.Version, p.Fact})
+		return true, nil
+	})
+	return v, err
+}
+
+func stepOf(st *stepRec, f Funnel, norms map[int64]float64) Step {
+	out := Step{StepAudit: st.Audit, Funnel: f, MeanReward: st.MeanReward, Reward: st.Reward, TrainedStaleness: st.TrainedStaleness}
+	if out.TrainedStaleness == nil {
+		out.TrainedStaleness = []projections.Count{}
+	}
+	if gn, ok := norms[int64(st.Audit.Step)]; ok {
+		out.GradNorm = &gn
+	}
+	return out
+}
+
+// findings are the run's findings: the fold's in the order made, then the
+// misrouted ones by position.
+func (s *Snapshot) findings() ([]Finding, error) {
+	out := []Finding{}
+	for _, kind := range []byte{kFinding, kMisrouted} {
+		err := s.r.Scan([]byte{kind}, nil, func(_, val []byte) (bool, error) {
+			var f Finding
+			if err := json.Unmarshal(val, &f); err != nil {
+				return false, fmt.Errorf("explore: finding of %s: %w", s.run, err)
+			}
+			out = append(out, f)
+			return true, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func (s *Snapshot) attemptRow(a *attRec) (AttemptRow, error) {
+	g, err := s.group(a.S.Group)
+	if err != nil {
+		return AttemptRow{}, err
+	}
+	if g == nil {
+		g = &grpRec{}
+	}
+	r := AttemptRow{Attempt: a.S.Attempt, Group: a.S.Group, Task: a.S.Task, Purpose: g.purpose(), Slot: a.Slot, RetryOf: a.S.RetryOf,
+		RetriedBy: a.RetriedBy, Outcome: "running", Batch: a.Batch, Turns: len(a.Gen), PromptTokens: a.Prompt, ToolCalls: a.Tools, Finish: a.Finish}
+	switch {
+	case a.Failed != "":
+		r.Outcome = "failed: " + a.Failed
+	case a.Outcome != "":
+		r.Outcome = a.Outcome
+	}
+	if a.Batch == 0 && g.Dropped != "" {
+		r.DropReason = g.Dropped
+	}
+	if a.Reward != nil {
+		p, tp, tt := a.Reward.Passed, a.Reward.TestsPassed, a.Reward.TestsTotal
+		r.Passed, r.TestsPassed, r.TestsTotal = &p, &tp, &tt
+	}
+	if j := a.Judged; j != nil {
+		r.Score, r.Bonus, r.Reward, r.Advantage = &j.Score, &j.Bonus, &j.Reward, &j.Advantage
+		for _, t := range j.Turns {
+			if t.Trained {
+				r.TrainedTurns++
+			}
+			if r.MaxStaleness == nil || t.Staleness > *r.MaxStaleness {
+				st := t.Staleness
+				r.MaxStaleness = &st
+			}
+		}
+	}
+	for _, n := range a.Tok {
+		r.CompletionTokens += n
+	}
+	return r, nil
+}
+
+// Defaults and bounds of a page of a list (attempts, tasks).
+const (
+	DefaultPage = 2000
+	MaxPage     = 10000
+)
+
+// AttemptPage is a page of the attempts list, in the order they started.
+type AttemptPage struct {
+	Attempts []AttemptRow `json:"attempts"`
+	// Total is how many attempts the run has started; Next is the cursor
+	// of the next page, empty at the end.
+	Total uint64 `json:"total"`
+	Next  string `json:"next"`
+}
+
+// ValidatePage checks a list's cursor and page size as a request gives
+// them; limit "" is DefaultPage.
+func ValidatePage(cursor, limit string) (int, error) {
+	if cursor != "" {
+		if n, err := strconv.ParseUint(cursor, 10, 64); err != nil || n == 0 {
+			return 0, fmt.Errorf("cursor %q is not one this list returned", cursor)
+		}
+	}
+	if limit == "" {
+		return DefaultPage, nil
+	}
+	n, err := strconv.Atoi(limit)
+	if err != nil || n < 1 || n > MaxPage {
+		return 0, fmt.Errorf("limit %q is not an integer from 1 to %d", limit, MaxPage)
+	}
+	return n, nil
+}
+
+// Attempts is a page of the run's attempts in the order started: at most
+// limit (every one when limit is 0) after the cursor a page returned.
+func (s *Snapshot) Attempts(cursor string, limit int) (AttemptPage, error) {
+	rows, next, err := pageOf(s, kAttemptOrd, cursor, limit, func(id string) (AttemptRow, bool, error) {
+		a, err := s.attempt(id)
+		if err != nil || a == nil || !a.started() {
+			return AttemptRow{}, false, err
+		}
+		r, err := s.attemptRow(a)
+		return r, err == nil, err
+	})
+	return AttemptPage{Attempts: rows, Total: s.sum.Attempts, Next: next}, err
+}
+
+// pageOf is a page of an ordinal index (kind): the rows of at most limit
+// ids (every one when limit is 0) after the cursor a page returned, and
+// the cursor of the next page ("" at the end).
+func pageOf[R any](s *Snapshot, kind byte, cursor string, limit int, row func(id string) (R, bool, error)) ([]R, string, error) {
+	out := []R{}
+	next := ""
+	after, _ := strconv.ParseUint(cursor, 10, 64)
+	err := s.ordered(kind, after, func(ord uint64, id string) (bool, error) {
+		if limit > 0 && len(out) == limit {
+			next = strconv.FormatUint(ord-1, 10)
+			return false, nil
+		}
+		r, ok, err := row(id)
+		if ok {
+			out = append(out, r)
+		}
+		return err == nil, err
+	})
+	return out, next, err
+}
+
+// StepView builds the view of batch seq; ok is false when it is not sealed.
+func (s *Snapshot) StepView(seq uint64) (StepView, bool, error) {
+	b, err := s.batch(seq)
+	if err != nil || b == nil {
+		return StepView{}, false, err
+	}
+	next, _, err := s.r.Get(key(kBatch, u64(seq+1)))
+	if err != nil {
+		return StepView{}, false, err
+	}
+	m := &b.Manifest
+	v := StepView{Seq: m.Seq, TrainerVersion: m.TrainerVersion, RuleVersion: m.RuleVersion, Watermark: m.Watermark,
+		Decision: b.Decision, Tree: m.Tree, Digest: m.Digest, Stats: m.Stats, Groups: []StepGroup{},
+		Dropped: append([]projections.DroppedGroup{}, m.Dropped...), Next: next != nil}
+	for _, bg := range m.Groups {
+		sg := StepGroup{Group: bg.Group, Task: bg.Task, Completed: bg.Completed, Attempts: []AttemptRow{}}
+		for _, ba := range bg.Attempts {
+			a, err := s.attempt(ba.Attempt)
+			if err != nil {
+				return v, false, err
+			}
+			if a != nil && a.started() {
+				r, err := s.attemptRow(a)
+				if err != nil {
+					return v, false, err
+				}
+				sg.Attempts = append(sg.Attempts, r)
+			}
+		}
+		v.Groups = append(v.Groups, sg)
+	}
+	g, err := s.gradient(seq)
+	if err != nil {
+		return v, false, err
+	}
+	if g != nil {
+		v.Gradient = &Gradient{GradientApplied: g.G, Fact: g.Fact, DigestMatches: g.G.BatchDigest == m.Digest}
+	}
+	st, err := s.step(seq)
+	if err != nil {
+		return v, false, err
+	}
+	if st != nil {
+		fs, err := s.funnels([]uint64{st.Audit.Fact})
+		if err != nil {
+			return v, false, err
+		}
+		norms := map[int64]float64{}
+		if g != nil {
+			norms[g.G.Batch] = g.G.GradNorm
+		}
+		step := stepOf(st, fs[0], norms)
+		v.Metrics = &step
+	}
+	return v, true, nil
+}
+
+// GroupView builds the view of a group; ok is false when it is unknown.
+func (s *Snapshot) GroupView(id string) (GroupView, bool, error) {
+	g, err := s.group(id)
+	if err != nil || g == nil {
+		return GroupView{}, false, err
+	}
+	v := GroupView{Group: id, Task: g.task(), Purpose: g.purpose(), Started: g.Fact, Closed: g.Closed,
+		Batch: g.Batch, Dropped: g.Dropped, DropSeal: g.DropSeal, Slots: g.Slots, Attempts: []AttemptRow{}, State: groupState(g)}
+	if g.S != nil {
+		v.Size = g.S.Size
+	}
+	for _, aid := range g.Members {
+		a, err := s.attempt(aid)
+		if err != nil || a == nil {
+			return v, false, err
+		}
+		r, err := s.attemptRow(a)
+		if err != nil {
+			return v, false, err
+		}
+		for _, n := range a.Gen {
+			if j := a.judgedTurn(int(n)); j != nil {
+				r.TurnTrained = append(r.TurnTrained, j.Trained)
+			}
+		}
+		v.Attempts = append(v.Attempts, r)
+	}
+	return v, true, nil
+}
+
+func groupState(g *grpRec) string {
+	switch {
+	case g.Batch != 0:
+		return "in_batch"
+	case g.Dropped != "":
+		return "dropped"
+	case g.purpose() != "" && g.purpose() != events.PurposeTrain:
+		return "not_for_training"
+	}
+	return "in_flight"
+}
+
+type storedTurn struct {
+	fact       projections.FactPosition
+	turn       *events.TurnGenerated
+	tools      []events.ToolCalled
+	compaction *events.ContextCompacted
+}
+
+// turnsOf reads an attempt's generated turns in order, with their tool
+// calls (by call number) and compactions.
+func (s *Snapshot) turnsOf(attempt string) ([]storedTurn, error) {
+	out, _, err := s.turnsRead(attempt)
+	return out, err
+}
+
+// turnsRead is turnsOf, and how many bytes of records it read.
+func (s *Snapshot) turnsRead(attempt string) ([]storedTurn, int64, error) {
+	var out []storedTurn
+	var read int64
+	at := map[int]int{}
+	err := s.r.Scan(attemptPrefix(kTurn, attempt), nil, func(k, v []byte) (bool, error) {
+		read += int64(len(v))
+		pos, ev, err := readRaw(v)
+		if err != nil {
+			return false, err
+		}
+		d, ok := ev.Data.(*events.TurnGenerated)
+		if !ok {
+			return false, fmt.Errorf("explore: stored turn of %s is a %s", attempt, ev.Type)
+		}
+		at[d.Turn] = len(out)
+		out = append(out, storedTurn{fact: pos, turn: d})
+		return true, nil
+	})
+	if err != nil {
+		return nil, read, err
+	}
+	err = s.r.Scan(attemptPrefix(kTool, attempt), nil, func(k, v []byte) (bool, error) {
+		read += int64(len(v))
+		i, ok := at[turnOf(k[:len(k)-16])]
+		if !ok {
+			return true, nil
+		}
+		_, ev, err := readRaw(v)
+		if err != nil {
+			return false, err
+		}
+		if d, ok := ev.Data.(*events.ToolCalled); ok {
+			out[i].tools = append(out[i].tools, *d)
+		}
+		return true, nil
+	})
+	if err != nil {
+		return nil, read, err
+	}
+	err = s.r.Scan(attemptPrefix(kCompaction, attempt), nil, func(k, v []byte) (bool, error) {
+		i, ok := at[turnOf(k)]
+		if !ok {
+			return true, nil
+		}
+		_, ev, err := readRaw(v)
+		if err != nil {
+			return false, err
+		}
+		if d, ok := ev.Data.(*events.ContextCompacted); ok {
+			out[i].compaction = d
+		}
+		return true, nil
+	})
+	return out, read, err
+}
+
+// AttemptView builds an attempt's timeline; ok is false when it is unknown.
+func (s *Snapshot) AttemptView(id string) (AttemptView, bool, error) {
+	a, err := s.attempt(id)
+	if err != nil || a == nil || !a.started() {
+		return AttemptView{}, false, err
+	}
+	row, err := s.attemptRow(a)
+	if err != nil {
+		return AttemptView{}, false, err
+	}
+	g, err := s.group(a.S.Group)
+	if err != nil {
+		return AttemptView{}, false, err
+	}
+	if g == nil {
+		g = &grpRec{}
+	}
+	v := AttemptView{AttemptRow: row, Engine: a.S.Engine, VM: a.S.VM, ForkMS: a.S.ForkMS, Started: a.Fact,
+		MaxStaleness: s.sum.Config.MaxStaleness, TurnList: []TurnView{}}
+	t, err := s.task(a.S.Task)
+	if err != nil {
+		return v, false, err
+	}
+	if t != nil && t.R != nil {
+		v.TaskPrompt, v.TaskPromptCut = t.R.Prompt, t.R.PromptCut
+	}
+	var grad *Gradient
+	if a.Batch != 0 {
+		st, err := s.step(a.Batch)
+		if err != nil {
+			return v, false, err
+		}
+		var digest string
+		if st != nil {
+			tv := st.TrainerVersion
+			v.TrainerVersion, digest = &tv, st.Digest
+		}
+		gr, err := s.gradient(a.Batch)
+		if err != nil {
+			return v, false, err
+		}
+		if gr != nil {
+			grad = &Gradient{GradientApplied: gr.G, Fact: gr.Fact, DigestMatches: gr.G.BatchDigest == digest}
+			v.Gradient = grad
+		}
+	}
+	turns, err := s.turnsOf(id)
+	if err != nil {
+		return v, false, err
+	}
+	for _, st := range turns {
+		t := st.turn
+		tv := TurnView{Turn: t.Turn, Fact: st.fact, PromptTokens: t.PromptTokens, CompletionTokens: t.CompletionTokens,
+			CachedTokens: t.CachedTokens, ObservationIDs: orEmpty(t.ObservationTokenIDs), TokenIDs: orEmpty(t.TokenIDs),
+			Logprobs: t.Logprobs, Text: t.Text, TextCut: t.TextCut, Finish: t.Finish, LatencyMS: t.LatencyMS,
+			Tools: st.tools, Compaction: st.compaction}
+		if tv.Logprobs == nil {
+			tv.Logprobs = []float32{}
+		}
+		if tv.Tools == nil {
+			tv.Tools = []events.ToolCalled{}
+		}
+		tv.Segments, tv.Lineage = lineage(a, g, t, grad)
+		tv.Judged = a.judgedTurn(t.Turn) != nil
+		v.TurnList = append(v.TurnList, tv)
+	}
+	for _, side := range []struct {
+		ord uint64
+		to  *string
+	}{{a.Ord - 1, &v.PrevAttempt}, {a.Ord + 1, &v.NextAttempt}} {
+		if side.ord == 0 {
+			continue
+		}
+		id, ok, err := s.r.Get(key(kAttemptOrd, u64(side.ord)))
+		if err != nil {
+			return v, false, err
+		}
+		if ok {
+			*side.to = string(id)
+		}
+	}
+	voc, err := s.vocabularyOf(a.S.Engine)
+	if err != nil {
+		return v, false, err
+	}
+	if voc != nil {
+		v.Vocabulary = voc.decode(v.TurnList)
+	}
+	return v, true, nil
+}
+
+func orEmpty(s []int32) []int32 {
+	if s == nil {
+		return []int32{}
+	}
+	return s
+}
+
+// lineage judges a turn: the version segments as its batch judged them (or
+// as generated, with staleness unknown, before one did), and its fate.
+func lineage(a *attRec, g *grpRec, t *events.TurnGenerated, grad *Gradient) ([]projections.TurnSegment, Lineage) {
+	segs := make([]projections.TurnSegment, 0, len(t.VersionSegments))
+	if j := a.judgedTurn(t.Turn); j != nil {
+		if len(j.Segments) > 0 {
+			segs = append(segs, j.Segments...)
+		} else {
+			segs = append(segs, projections.TurnSegment{Start: 0, PolicyVersion: j.PolicyVersion, Staleness: j.Staleness, Trained: j.Trained})
+		}
+		l := Lineage{State: "masked", Batch: a.Batch}
+		trained := 0
+		for _, s := range segs {
+			if s.Trained {
+				trained++
+			}
+		}
+		switch {
+		case trained == len(segs):
+			l.State, l.Reason = "trained", "trained in batch"
+		case trained > 0:
+			l.State, l.Reason = "partly_trained", "some version segments exceed max_staleness and are masked"
+		default:
+			l.Reason = "masked: staleness exceeds max_staleness"
+		}
+		if grad != nil && trained > 0 {
+			st := grad.Step
+			l.GradientStep = &st
+		} else if trained > 0 {
+			l.Reason += "; no gradient.applied reported for the batch yet"
+		}
+		return segs, l
+	}
+	for _, s := range t.VersionSegments {
+		segs = append(segs, projections.TurnSegment{Start: s.Start, PolicyVersion: s.PolicyVersion})
+	}
+	switch {
+	case g.purpose() != "" && g.purpose() != events.PurposeTrain:
+		return segs, Lineage{State: "not_for_training", Reason: g.purpose() + " group: never trains"}
+	case g.Dropped != "":
+		return segs, Lineage{State: "dropped", Reason: "group dropped: " + g.Dropped, Batch: g.DropSeal}
+	case a.Failed != "":
+		return segs, Lineage{State: "failed", Reason: "attempt failed: " + a.Failed}
+	case a.Batch != 0:
+		return segs, Lineage{State: "masked", Batch: a.Batch, Reason: "turn not held by the batch"}
+	}
+	return segs, Lineage{State: "pending", Reason: "group not in a batch yet"}
+}
+
+func (s *Snapshot) taskRow(id string, t *taskRec) TaskRow {
+	r := TaskRow{Task: id, Registered: t.R != nil, Decision: t.Decision, Probes: t.Admission.Probes, Passes: t.Admission.Passes,
+		PassRate: t.Admission.PassRate, Groups: len(t.Groups), Attempts: t.Attempts, Solved: t.Solved}
+	if t.R != nil {
+		r.Kind, r.Tier = t.R.Kind, t.R.Tier
+	}
+	return r
+}
+
+// TaskPage is a page of the tasks list, in the order first seen.
+type TaskPage struct {
+	Tasks []TaskRow `json:"tasks"`
+	Total uint64    `json:"total"`
+	Next  string    `json:"next"`
+}
+
+// Tasks is a page of the run's tasks in the order first seen: at most
+// limit (every one when limit is 0) after the cursor a page returned.
+func (s *Snapshot) Tasks(cursor string, limit int) (TaskPage, error) {
+	rows, next, err := pageOf(s, kTaskOrd, cursor, limit, func(id string) (TaskRow, bool, error) {
+		t, err := s.task(id)
+		if err != nil || t == nil {
+			return TaskRow{}, false, err
+		}
+		return s.taskRow(id, t), true, nil
+	})
+	return TaskPage{Tasks: rows, Total: s.sum.Tasks, Next: next}, err
+}
+
+// TaskGroupPage is how many groups a task's view shows at once.
+const TaskGroupPage = 100
+
+// TaskView builds a task's view with a page of limit of its groups after
+// cursor (a cursor a page returned, "" for the first; limit 0 for every
+// group); ok is false when the task is unknown.
+func (s *Snapshot) TaskView(id, cursor string, limit int) (TaskView, bool, error) {
+	t, err := s.task(id)
+	if err != nil || t == nil {
+		return TaskView{}, false, err
+	}
+	v := TaskView{TaskRow: s.taskRow(id, t), RegisteredAt: t.Fact, DecisionSeq: t.DecisionSeq, GroupList: []GroupView{}, Gates: []events.Gate{}}
+	if t.R != nil {
+		v.Source, v.Prompt, v.PromptCut = t.R.Source, t.R.Prompt, t.R.PromptCut
+		if t.R.Gates != nil {
+			v.Gates = t.R.Gates
+		}
+	}
+	if t.DecidedAt.Seq != 0 {
+		p := t.DecidedAt
+		v.DecidedAt = &p
+	}
+	from := 0
+	if cursor != "" {
+		n, err := strconv.Atoi(cursor)
+		if err != nil || n < 0 || n > len(t.Groups) {
+			return v, false, &httpError{http.StatusBadRequest, "invalid_value", fmt.Sprintf("cursor %q is not one this view returned", cursor)}
+		}
+		from = n
+	}
+	to := len(t.Groups)
+	if limit > 0 {
+		to = min(to, from+limit)
+	}
+	for _, gid := range t.Groups[from:to] {
+		gv, _, err := s.GroupView(gid)
+		if err != nil {
+			return v, false, err
+		}
+		v.GroupList = append(v.GroupList, gv)
+	}
+	if to < len(t.Groups) {
+		v.GroupsNext = strconv.Itoa(to)
+	}
+	return v, true, nil
+}
+
+// SideView builds a group's side-by-side view; ok is false when the group
+// is unknown.
+func (s *Snapshot) SideView(id string) (SideView, bool, error) {
+	g, err := s.group(id)
+	if err != nil || g == nil {
+		return SideView{}, false, err
+	}
+	v := SideView{Group: id, Task: g.task(), State: groupState(g), Attempts: []SideAttempt{}}
+	for _, aid := range g.Members {
+		a, err := s.attempt(aid)
+		if err != nil || a == nil {
+			return v, false, err
+		}
+		row, err := s.attemptRow(a)
+		if err != nil {
+			return v, false, err
+		}
+		sa := SideAttempt{AttemptRow: row, TurnList: []SideTurn{}}
+		turns, err := s.turnsOf(aid)
+		if err != nil {
+			return v, false, err
+		}
+		for _, st := range turns {
+			t := st.turn
+			sid := SideTurn{Turn: t.Turn, Text: t.Text, TextCut: t.TextCut, Finish: t.Finish, CompletionTokens: t.CompletionTokens, Tools: st.tools}
+			if sid.Tools == nil {
+				sid.Tools = []events.ToolCalled{}
+			}
+			sa.TurnList = append(sa.TurnList, sid)
+		}
+		v.Attempts = append(v.Attempts, sa)
+	}
+	return v, true, nil
+}

@@ -1,0 +1,184 @@
+package projector
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
+	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
+	"github.com/rolloutledger/rolloutledger/services/explore"
+)
+
+// BenchmarkExplorerFirstViews measures the run explorer's views of one
+// long run as a restarted server answers them: the run (the scale bench's
+// shape, payload-free, EXPLORE_BENCH_FACTS facts) is folded into a
+// projector's state window by window as the service folds it, the
+// database is closed and opened again, and each view is asked for once
+// (the first view, cold) and then five times more (the median, warm).
+// EXPLORE_BENCH_DIR keeps the folded state for another run of the bench.
+//
+//	EXPLORE_BENCH_FACTS=1000000 go test ./services/projector/ -run '^$' -bench ExplorerFirstViews -benchtime 1x -timeout 0
+func BenchmarkExplorerFirstViews(b *testing.B) {
+	facts := 200_000
+	if v, err := strconv.Atoi(os.Getenv("EXPLORE_BENCH_FACTS")); err == nil && v > 0 {
+		facts = v
+	}
+	const run = "explore-bench"
+	dir := os.Getenv("EXPLORE_BENCH_DIR")
+	if dir == "" {
+		dir = b.TempDir()
+	}
+	dir = filepath.Join(dir, fmt.Sprintf("facts-%d", facts))
+	log := slog.New(slog.DiscardHandler)
+	if _, err := os.Stat(filepath.Join(dir, "folded")); err != nil {
+		start := time.Now()
+		n, err := foldSimulated(dir, run, facts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("folded %d facts in %s (%.0f facts/s)", n, time.Since(start).Round(time.Second), float64(n)/time.Since(start).Seconds())
+		if err := os.WriteFile(filepath.Join(dir, "folded"), []byte(strconv.Itoa(n)), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for b.Loop() {
+		db, err := pebble.Open(dir, pebbleOptions(log, dir))
+		if err != nil {
+			b.Fatal(err)
+		}
+		p := &Projector{db: db, log: log}
+		all, err := db.EstimateDiskUsage([]byte{0}, []byte{0xff})
+		if err != nil {
+			b.Fatal(err)
+		}
+		records, err := db.EstimateDiskUsage([]byte{nsExplore}, []byte{nsExplore + 1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("state on disk %d MiB, of which the explorer's records %d MiB", all>>20, records>>20)
+		b.ReportMetric(float64(records>>20), "explorer-MiB")
+		s := &explore.Service{Runs: p, Records: p.ExplorerRecords}
+		mux := http.NewServeMux()
+		s.Register(mux)
+		get := func(path string) ([]byte, time.Duration) {
+			t0 := time.Now()
+			rec := httptest.NewRecorder()
+			mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+			d := time.Since(t0)
+			if rec.Code != http.StatusOK {
+				b.Fatalf("GET %s: %d %.300s", path, rec.Code, rec.Body)
+			}
+			return rec.Body.Bytes(), d
+		}
+		base := "/v1/runs/" + run + "/explore"
+		first, _ := get(base + "/attempts?limit=1")
+		var page explore.AttemptPage
+		if err := json.Unmarshal(first, &page); err != nil || len(page.Attempts) == 0 {
+			b.Fatalf("attempts page: %v", err)
+		}
+		mid, _ := get(base + "/attempts?limit=1&cursor=" + strconv.FormatUint(page.Total/2, 10))
+		if err := json.Unmarshal(mid, &page); err != nil || len(page.Attempts) == 0 {
+			b.Fatalf("attempts page: %v", err)
+		}
+		a := page.Attempts[0]
+		views := []struct{ name, path string }{
+			{"runs", "/v1/explore/runs"},
+			{"run", base},
+			{"attempts-first-page", base + "/attempts"},
+			{"attempts-last-page", base + "/attempts?cursor=" + strconv.FormatUint(page.Total-min(page.Total, 2000), 10)},
+			{"attempt", base + "/attempts/" + a.Attempt},
+			{"group", base + "/groups/" + a.Group},
+			{"side-by-side", base + "/side-by-side/" + a.Group},
+			{"task", base + "/tasks/" + a.Task},
+			{"tasks", base + "/tasks"},
+			{"search", base + "/search?q=zz-absent"},
+		}
+		runs, _ := get("/v1/explore/runs")
+		var list struct {
+			Runs []explore.RunSummary `json:"runs"`
+		}
+		if err := json.Unmarshal(runs, &list); err != nil || len(list.Runs) != 1 {
+			b.Fatalf("runs list: %v", err)
+		}
+		if n := list.Runs[0].Batches; n > 0 {
+			views = append(views, struct{ name, path string }{"step", base + "/steps/" + strconv.Itoa(n)})
+		}
+		for _, v := range views {
+			body, cold := get(v.path)
+			var warm []time.Duration
+			for range 5 {
+				_, d := get(v.path)
+				warm = append(warm, d)
+			}
+			slices.Sort(warm)
+			b.ReportMetric(float64(cold.Microseconds())/1000, v.name+"-first-ms")
+			b.ReportMetric(float64(warm[2].Microseconds())/1000, v.name+"-warm-ms")
+			b.Logf("%-20s first %8.2f ms  warm %8.2f ms  %9d bytes", v.name, float64(cold.Microseconds())/1000, float64(warm[2].Microseconds())/1000, len(body))
+		}
+		if err := db.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// foldSimulated folds a simulated run of about facts facts into a new
+// projector state in dir, in windows of 2,000 records, and returns how
+// many it folded.
+func foldSimulated(dir, run string, facts int) (int, error) {
+	log := slog.New(slog.DiscardHandler)
+	db, err := pebble.Open(dir, pebbleOptions(log, dir))
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	p := &Projector{o: Options{Kafka: kafkalog.Config{}}, db: db, log: log}
+	src, err := simulate.NewSource(simulate.Options{Seed: 42, Tasks: 200, Steps: max(1, 64*facts/3_000_000), BatchGroups: 64, MaxTurns: 200}, run)
+	if err != nil {
+		return 0, err
+	}
+	rf := newRunFolds()
+	var window []kafkalog.Message
+	n := 0
+	flush := func() error {
+		if len(window) == 0 {
+			return nil
+		}
+		batch := db.NewBatch()
+		defer batch.Close()
+		if _, _, err := p.foldInto(batch, rf, window); err != nil {
+			return err
+		}
+		if err := batch.Set(offsetKey("facts", 0), binary.BigEndian.AppendUint64(nil, uint64(window[len(window)-1].Offset+1)), nil); err != nil {
+			return err
+		}
+		window = window[:0]
+		return batch.Commit(pebble.NoSync)
+	}
+	for ev := range src.Events() {
+		v, err := events.Encode(ev)
+		if err != nil {
+			return n, err
+		}
+		window = append(window, kafkalog.Message{Key: []byte(run), Value: v, Offset: int64(n), Time: ev.At})
+		n++
+		if len(window) == 2000 {
+			if err := flush(); err != nil {
+				return n, err
+			}
+		}
+	}
+	return n, flush()
+}
