@@ -329,11 +329,18 @@ func TestExplorerInChromium(t *testing.T) {
 	chromiumPath(t)
 	s, kc := startExplorerStack(t)
 	const run = "run-a-explorer"
-	simulateRun(t, s, run, smallRun)
+	// The live trainer trains the batches that seal, which need not be
+	// every one asked for (the researcher's test counts them the same
+	// way): waiting for a third that never seals failed after 3 minutes
+	// once, under CI's load. The views below need two.
+	trained := len(simulateRun(t, s, run, smallRun).Steps)
+	if trained < 2 {
+		t.Fatalf("the trainer trained %d steps of %d; the views below need two", trained, smallRun.Steps)
+	}
 	simulateRun(t, s, "run-b-other", simulate.Options{Seed: 8, Steps: 1, BatchGroups: 2, GroupSize: 2, Tasks: 4, MaxTurns: 6, Workers: 2})
 	postV2Run(t, s, "run-a-v2", "v2-g", true)
 	api := s.URL() + "/v1/runs/" + run + "/explore"
-	waitTrained(t, s, kc, run, 3)
+	waitTrained(t, s, kc, run, trained)
 
 	b := newBrowser(t)
 	ui := s.URL() + "/ui/"

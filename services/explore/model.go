@@ -105,7 +105,7 @@ func (m *Model) Snapshot() (*Snapshot, error) {
 	if err := m.w.Flush(m.kv); err != nil {
 		return nil, err
 	}
-	s, ok, err := OpenSnapshot(m.Run(), m.kv, &m.vocabs)
+	s, ok, err := openSnapshot(m.Run(), m.kv, &m.vocabs)
 	if err == nil && !ok {
 		s = emptySnapshot(m.Run(), m.kv, &m.vocabs)
 	}

@@ -261,7 +261,7 @@ func TestPartialRecordsReadFromKafka(t *testing.T) {
 	appendFacts(t, kc, recs[:half])
 	foldAll(t, kc, dir, run)
 	// The state as an older build left it: no explorer records.
-	db, err := pebble.Open(dir, &pebble.Options{})
+	db, err := pebble.Open(dir, &pebble.Options{Logger: quietPebble{t}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +283,7 @@ func TestPartialRecordsReadFromKafka(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap, ok, err := explore.OpenSnapshot(run, r, nil)
+	snap, ok, err := explore.OpenSnapshot(run, r)
 	if err != nil || !ok || !snap.Partial() || snap.Facts() != uint64(len(recs)-half) {
 		t.Fatalf("records of a run begun before them: ok %v, partial %v, %d facts, err %v; want partial, with the %d facts folded since",
 			ok, snap != nil && snap.Partial(), snap.Facts(), err, len(recs)-half)
@@ -306,3 +306,10 @@ func TestPartialRecordsReadFromKafka(t *testing.T) {
 			got.Facts, len(got.Steps), got.Funnel, len(recs), len(want.Steps), want.Funnel)
 	}
 }
+
+// quietPebble keeps Pebble's recovery notes out of the test's output.
+type quietPebble struct{ t *testing.T }
+
+func (quietPebble) Infof(string, ...any)                {}
+func (q quietPebble) Errorf(format string, args ...any) { q.t.Errorf(format, args...) }
+func (q quietPebble) Fatalf(format string, args ...any) { q.t.Fatalf(format, args...) }

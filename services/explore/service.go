@@ -232,7 +232,7 @@ func (s *Service) snapshot(ctx context.Context, run string, fn func(*Snapshot) e
 		if err != nil {
 			return err
 		}
-		snap, ok, err := OpenSnapshot(run, r, &s.vocabs)
+		snap, ok, err := openSnapshot(run, r, &s.vocabs)
 		if err == nil && ok && !snap.Partial() {
 			err = fn(snap)
 			release()

@@ -33,8 +33,13 @@ type Snapshot struct {
 }
 
 // OpenSnapshot reads run's records from r; ok is false when it holds none.
-// vocabs, when not nil, keeps decoded vocabularies between snapshots.
-func OpenSnapshot(run string, r Reader, vocabs *vocabCache) (*Snapshot, bool, error) {
+func OpenSnapshot(run string, r Reader) (*Snapshot, bool, error) {
+	return openSnapshot(run, r, nil)
+}
+
+// openSnapshot is OpenSnapshot; vocabs, when not nil, keeps decoded
+// vocabularies between snapshots.
+func openSnapshot(run string, r Reader, vocabs *vocabCache) (*Snapshot, bool, error) {
 	sum, err := getJSON[sumRec](r, []byte{kSummary})
 	if err != nil || sum == nil {
 		return nil, false, err

@@ -322,7 +322,7 @@ func getJSON[T any](r Reader, k []byte) (*T, error) {
 // memKV is a [Reader] and a [projections.Store] in memory, for a [Model].
 type memKV struct {
 	m      map[string][]byte
-	keys   []string // sorted, when !dirty
+	keys   []string // in order, when sorted
 	sorted bool
 }
 
