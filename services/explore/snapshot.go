@@ -459,15 +459,12 @@ func (s *Snapshot) GroupView(id string) (GroupView, bool, error) {
 	if g.S != nil {
 		v.Size = g.S.Size
 	}
-	for _, aid := range g.Members {
-		a, err := s.attempt(aid)
-		if err != nil || a == nil {
-			return v, false, err
-		}
-		r, err := s.attemptRow(a)
-		if err != nil {
-			return v, false, err
-		}
+	members, rows, err := s.members(g)
+	if err != nil {
+		return v, false, err
+	}
+	for i, a := range members {
+		r := rows[i]
 		for _, n := range a.Gen {
 			if j := a.judgedTurn(int(n)); j != nil {
 				r.TurnTrained = append(r.TurnTrained, j.Trained)
@@ -476,6 +473,28 @@ func (s *Snapshot) GroupView(id string) (GroupView, bool, error) {
 		v.Attempts = append(v.Attempts, r)
 	}
 	return v, true, nil
+}
+
+// members are a group's attempts in the order they started, with their
+// rows.
+func (s *Snapshot) members(g *grpRec) ([]*attRec, []AttemptRow, error) {
+	var atts []*attRec
+	var rows []AttemptRow
+	for _, id := range g.Members {
+		a, err := s.attempt(id)
+		if err != nil {
+			return nil, nil, err
+		}
+		if a == nil || !a.started() {
+			return nil, nil, fmt.Errorf("explore: member %s of a group has no record", id)
+		}
+		r, err := s.attemptRow(a)
+		if err != nil {
+			return nil, nil, err
+		}
+		atts, rows = append(atts, a), append(rows, r)
+	}
+	return atts, rows, nil
 }
 
 func groupState(g *grpRec) string {
@@ -792,17 +811,13 @@ func (s *Snapshot) SideView(id string) (SideView, bool, error) {
 		return SideView{}, false, err
 	}
 	v := SideView{Group: id, Task: g.task(), State: groupState(g), Attempts: []SideAttempt{}}
-	for _, aid := range g.Members {
-		a, err := s.attempt(aid)
-		if err != nil || a == nil {
-			return v, false, err
-		}
-		row, err := s.attemptRow(a)
-		if err != nil {
-			return v, false, err
-		}
-		sa := SideAttempt{AttemptRow: row, TurnList: []SideTurn{}}
-		turns, err := s.turnsOf(aid)
+	members, rows, err := s.members(g)
+	if err != nil {
+		return v, false, err
+	}
+	for i, a := range members {
+		sa := SideAttempt{AttemptRow: rows[i], TurnList: []SideTurn{}}
+		turns, err := s.turnsOf(a.S.Attempt)
 		if err != nil {
 			return v, false, err
 		}
