@@ -171,12 +171,18 @@ func ValidateSearch(q, limit string) (int, error) {
 	case !utf8.ValidString(q):
 		return 0, fmt.Errorf("q is not UTF-8 text")
 	}
+	return parseLimit(limit, DefaultSearchHits, MaxSearchHits)
+}
+
+// parseLimit is a request's page size: limit as given, from 1 to most, or
+// def when it is "".
+func parseLimit(limit string, def, most int) (int, error) {
 	if limit == "" {
-		return DefaultSearchHits, nil
+		return def, nil
 	}
 	n, err := strconv.Atoi(limit)
-	if err != nil || n < 1 || n > MaxSearchHits {
-		return 0, fmt.Errorf("limit %q is not an integer from 1 to %d", limit, MaxSearchHits)
+	if err != nil || n < 1 || n > most {
+		return 0, fmt.Errorf("limit %q is not an integer from 1 to %d", limit, most)
 	}
 	return n, nil
 }

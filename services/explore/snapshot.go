@@ -346,14 +346,7 @@ func ValidatePage(cursor, limit string) (int, error) {
 			return 0, fmt.Errorf("cursor %q is not one this list returned", cursor)
 		}
 	}
-	if limit == "" {
-		return DefaultPage, nil
-	}
-	n, err := strconv.Atoi(limit)
-	if err != nil || n < 1 || n > MaxPage {
-		return 0, fmt.Errorf("limit %q is not an integer from 1 to %d", limit, MaxPage)
-	}
-	return n, nil
+	return parseLimit(limit, DefaultPage, MaxPage)
 }
 
 // Attempts is a page of the run's attempts in the order started: at most
