@@ -398,6 +398,20 @@ func TestExplorerInChromium(t *testing.T) {
 			t.Errorf("run view draws %d charts, want 16", charts)
 		}
 		shots["run"] = b.screenshot("run")
+		// With ?steps=all the table is a page of the steps list.
+		list := getJSON(t, api+"/steps", tokReader)
+		if got, want := len(field(list, "steps").([]any)), field(v, "steps_total"); float64(got) != want {
+			t.Errorf("the steps list holds %d steps, the run view counts %v", got, want)
+		}
+		b.open(hash(run)+"?steps=all", "run")
+		all := b.values()
+		for _, st := range field(list, "steps").([]any) {
+			n := strconv.FormatFloat(field(st, "step").(float64), 'f', -1, 64)
+			for _, k := range []string{"groups", "attempts", "pass_rate", "loss"} {
+				sameNumber(t, all, k+"-"+n, field(st, k))
+			}
+		}
+		b.open(hash(run), "run")
 		// Clicking a step's point in the pass-rate chart opens the step.
 		b.run(chromedp.Click(`[data-chart="pass_rate"] circle[data-step="2"]`, chromedp.ByQuery))
 		b.waitView("step", 0)

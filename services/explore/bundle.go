@@ -173,11 +173,20 @@ func writeBundle(dir string, m *Model, now time.Time) (files int, err error) {
 	if err := put("/v1/explore/runs", map[string]any{"runs": []RunSummary{snap.Summary(now)}}); err != nil {
 		return files, err
 	}
-	rv, err := snap.RunView(now)
+	// A bundle's run view shows every step, as its steps list does: it
+	// is read from disk, whole.
+	rv, err := snap.runView(now, 0)
 	if err != nil {
 		return files, err
 	}
 	if err := put(base, rv); err != nil {
+		return files, err
+	}
+	steps, err := snap.Steps("", 0)
+	if err != nil {
+		return files, err
+	}
+	if err := put(base+"/steps", steps); err != nil {
 		return files, err
 	}
 	// Each view is put as it is made, so the bundle's memory is that of

@@ -81,9 +81,10 @@ func TestRecordsAnswerWithoutKafka(t *testing.T) {
 		}
 		return v
 	}
-	same := func(path string, want any) {
+	// norm is v as its JSON decodes.
+	norm := func(v any) (any, []byte) {
 		t.Helper()
-		b, err := json.Marshal(want)
+		b, err := json.Marshal(v)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,6 +92,11 @@ func TestRecordsAnswerWithoutKafka(t *testing.T) {
 		if err := json.Unmarshal(b, &w); err != nil {
 			t.Fatal(err)
 		}
+		return w, b
+	}
+	same := func(path string, want any) {
+		t.Helper()
+		w, b := norm(want)
 		if got := get(path); !reflect.DeepEqual(got, w) {
 			gb, _ := json.Marshal(got)
 			t.Errorf("GET %s differs from the model's view:\n got  %.600s\n want %.600s", path, gb, b)
@@ -106,6 +112,20 @@ func TestRecordsAnswerWithoutKafka(t *testing.T) {
 	for seq := range uint64(len(rv.Steps)) {
 		v, _ := m.StepView(seq + 1)
 		same(base+"/steps/"+strconv.FormatUint(seq+1, 10), v)
+	}
+	var steps []any
+	for cursor, pages := "", 0; ; pages++ {
+		page := get(base + "/steps?limit=2&cursor=" + cursor).(map[string]any)
+		steps = append(steps, page["steps"].([]any)...)
+		if cursor, _ = page["next"].(string); cursor == "" {
+			break
+		}
+		if pages > len(rv.Steps) {
+			t.Fatal("the steps list pages without end")
+		}
+	}
+	if want, _ := norm(rv.Steps); !reflect.DeepEqual(steps, want) {
+		t.Errorf("the steps list in pages of 2 (%d steps) is not the run view's (%d)", len(steps), len(rv.Steps))
 	}
 	attempts := m.Attempts()
 	var paged []explore.AttemptRow

@@ -223,6 +223,10 @@ func TestSearchRoute(t *testing.T) {
 		{"/v1/runs/run-a-search/explore/search?q=" + strings.Repeat("x", MaxQueryBytes+1), http.StatusBadRequest, "at most 200"},
 		{"/v1/runs/run-a-search/explore/search?q=x&cursor=nope", http.StatusBadRequest, "cursor"},
 		{"/v1/runs/run-a-search/explore/search?q=x&cursor=9.0.0", http.StatusBadRequest, "past the run's 0 attempts"},
+		{"/v1/runs/run-a-search/explore/steps", http.StatusOK, `"steps":[]`},
+		{"/v1/runs/run-a-search/explore/steps?limit=10001", http.StatusBadRequest, "limit"},
+		{"/v1/runs/run-a-search/explore/steps?cursor=nope", http.StatusBadRequest, "cursor"},
+		{"/v1/runs/run-b-search/explore/steps", http.StatusForbidden, ""},
 		{"/v1/runs/run-b-search/explore/side-by-side/g", http.StatusForbidden, ""},
 		{"/v1/runs/run-a-search/explore/side-by-side/g", http.StatusNotFound, "no group"},
 	} {

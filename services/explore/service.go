@@ -112,6 +112,14 @@ func (s *Service) Register(mux Routes) {
 	mux.Handle("GET /ui/{file}", http.HandlerFunc(serveAsset))
 	mux.Handle("GET /v1/explore/runs", http.HandlerFunc(s.runList))
 	mux.Handle("GET /v1/runs/{run}/explore", s.view(func(m *Snapshot, _ *http.Request) (any, error) { return m.RunView(s.now()) }))
+	mux.Handle("GET /v1/runs/{run}/explore/steps", s.view(func(m *Snapshot, r *http.Request) (any, error) {
+		q := r.URL.Query()
+		limit, err := ValidatePage(q.Get("cursor"), q.Get("limit"))
+		if err != nil {
+			return nil, badValue(err.Error())
+		}
+		return m.Steps(q.Get("cursor"), limit)
+	}))
 	mux.Handle("GET /v1/runs/{run}/explore/steps/{seq}", s.view(func(m *Snapshot, r *http.Request) (any, error) {
 		seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
 		if err != nil || seq < 1 {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -176,38 +177,118 @@ func (s *Snapshot) funnels(seqs []uint64) ([]Funnel, error) {
 	return out, err
 }
 
+// RunViewSteps is how many steps the run view shows. A longer run shows
+// its newest recentSteps and, of the steps before them, as many again
+// evenly spaced, so the view reads the same few hundred records on a
+// run's fifth day as on its first; the steps list ([Snapshot.Steps])
+// pages through every one.
+const (
+	RunViewSteps = 500
+	recentSteps  = RunViewSteps / 2
+	// RunViewFindings is how many of its findings the run view lists, in
+	// the order made; the summary counts every one.
+	RunViewFindings = 1000
+	// RunViewPolicies is how many policy versions the run view lists,
+	// the newest.
+	RunViewPolicies = 500
+)
+
 // RunView builds the run view.
-func (s *Snapshot) RunView(now time.Time) (RunView, error) {
+func (s *Snapshot) RunView(now time.Time) (RunView, error) { return s.runView(now, RunViewSteps) }
+
+// runView is RunView showing at most most steps (every one when most is 0).
+func (s *Snapshot) runView(now time.Time, most int) (RunView, error) {
 	sum := s.sum
 	v := RunView{RunSummary: s.Summary(now), Config: sum.Config, Configured: sum.Configured, Steps: []Step{},
 		Reference: Reference{projections.RefZeroSignalRate, projections.RefInfraLostRate, projections.RefTruncatedLow, projections.RefTruncatedHigh},
 		Findings:  []Finding{}, Drops: map[string]int{}, Policies: []PolicyVersion{},
 		Funnel:   Funnel{Registered: sum.Registered, Probed: sum.Probed, Admitted: sum.AdmittedTasks, Rejected: sum.RejectedTasks},
-		InFlight: sum.InFlight}
-	var steps []*stepRec
-	err := s.r.Scan([]byte{kStep}, nil, func(_, val []byte) (bool, error) {
+		InFlight: sum.InFlight, StepsTotal: sum.Sealed, PoliciesTotal: sum.Policies}
+	steps, err := s.shownSteps(most)
+	if err != nil {
+		return v, err
+	}
+	if v.Steps, err = s.stepRows(steps); err != nil {
+		return v, err
+	}
+	v.StepsSampled = len(v.Steps) < sum.Sealed
+	if sum.DropsKept {
+		maps.Copy(v.Drops, sum.Drops)
+	} else if err := s.scanSteps(0, func(st *stepRec) bool { addDrops(v.Drops, st); return true }); err != nil {
+		// Records made before the summary kept the drops count them here.
+		return v, err
+	}
+	if v.Findings, err = s.findings(RunViewFindings); err != nil {
+		return v, err
+	}
+	var after []byte
+	if sum.Policies > RunViewPolicies {
+		after = key(kPolicy, u64(sum.Policies-RunViewPolicies))
+	}
+	err = s.r.Scan([]byte{kPolicy}, after, func(_, val []byte) (bool, error) {
+		var p polRec
+		if err := json.Unmarshal(val, &p); err != nil {
+			return false, fmt.Errorf("explore: policy of %s: %w", s.run, err)
+		}
+		v.Policies = append(v.Policies, PolicyVersion{p.P.Version, p.Fact})
+		return true, nil
+	})
+	return v, err
+}
+
+func addDrops(drops map[string]int, st *stepRec) {
+	for _, d := range st.Audit.Dropped {
+		drops[d.Name] += d.N
+	}
+}
+
+// scanSteps calls fn with each step record after step after (every one
+// when after is 0), in batch order, until fn returns false.
+func (s *Snapshot) scanSteps(after uint64, fn func(*stepRec) bool) error {
+	var from []byte
+	if after > 0 {
+		from = key(kStep, u64(after))
+	}
+	return s.r.Scan([]byte{kStep}, from, func(_, val []byte) (bool, error) {
 		st := new(stepRec)
 		if err := json.Unmarshal(val, st); err != nil {
 			return false, fmt.Errorf("explore: step of %s: %w", s.run, err)
 		}
-		steps = append(steps, st)
-		return true, nil
+		return fn(st), nil
 	})
-	if err != nil {
-		return v, err
+}
+
+// shownSteps are the step records the run view shows, in batch order:
+// every one when there are at most most (or most is 0); else the newest
+// recentSteps and most-recentSteps of the older ones, the first of them
+// and then evenly spaced, each a point read.
+func (s *Snapshot) shownSteps(most int) ([]*stepRec, error) {
+	var out []*stepRec
+	last := s.sum.MaxBatch
+	if most <= 0 || last <= uint64(most) {
+		err := s.scanSteps(0, func(st *stepRec) bool { out = append(out, st); return true })
+		return out, err
 	}
-	norms := map[int64]float64{}
-	err = s.r.Scan([]byte{kGradient}, nil, func(k, val []byte) (bool, error) {
-		var g gradRec
-		if err := json.Unmarshal(val, &g); err != nil {
-			return false, fmt.Errorf("explore: gradient of %s: %w", s.run, err)
+	recent := uint64(most / 2)
+	older := last - recent // steps 1..older are sampled
+	picks := uint64(most) - recent
+	for i := range picks {
+		st, err := s.step(1 + i*older/picks)
+		if err != nil {
+			return nil, err
 		}
-		norms[g.G.Batch] = g.G.GradNorm
-		return true, nil
-	})
-	if err != nil {
-		return v, err
+		if st != nil {
+			out = append(out, st)
+		}
 	}
+	err := s.scanSteps(older, func(st *stepRec) bool { out = append(out, st); return true })
+	return out, err
+}
+
+// stepRows are steps (in batch order) as the run view and the steps list
+// show them: each with the admission funnel after it, from one pass over
+// the funnel's index, and its gradient's norm.
+func (s *Snapshot) stepRows(steps []*stepRec) ([]Step, error) {
 	seqs := make([]uint64, len(steps))
 	for i, st := range steps {
 		seqs[i] = st.Audit.Fact
@@ -225,49 +306,65 @@ func (s *Snapshot) RunView(now time.Time) (RunView, error) {
 	}
 	fs, err := s.funnels(sorted)
 	if err != nil {
-		return v, err
+		return nil, err
 	}
 	funnel := make([]Funnel, len(steps))
 	for i, j := range order {
 		funnel[j] = fs[i]
 	}
+	out := make([]Step, 0, len(steps))
 	for i, st := range steps {
-		v.Steps = append(v.Steps, stepOf(st, funnel[i], norms))
-		for _, d := range st.Audit.Dropped {
-			v.Drops[d.Name] += d.N
+		g, err := s.gradient(st.Audit.Step)
+		if err != nil {
+			return nil, err
 		}
+		out = append(out, stepOf(st, funnel[i], g))
 	}
-	if v.Findings, err = s.findings(); err != nil {
-		return v, err
-	}
-	err = s.r.Scan([]byte{kPolicy}, nil, func(_, val []byte) (bool, error) {
-		var p polRec
-		if err := json.Unmarshal(val, &p); err != nil {
-			return false, fmt.Errorf("explore: policy of %s: %w", s.run, err)
-		}
-		v.Policies = append(v.Policies, PolicyVersion{p.P.Version, p.Fact})
-		return true, nil
-	})
-	return v, err
+	return out, nil
 }
 
-func stepOf(st *stepRec, f Funnel, norms map[int64]float64) Step {
+// Steps is a page of the run's steps in batch order: at most limit (every
+// one when limit is 0) after the step the cursor names.
+func (s *Snapshot) Steps(cursor string, limit int) (StepPage, error) {
+	after, _ := strconv.ParseUint(cursor, 10, 64)
+	var steps []*stepRec
+	next := ""
+	err := s.scanSteps(after, func(st *stepRec) bool {
+		if limit > 0 && len(steps) == limit {
+			next = strconv.FormatUint(uint64(steps[len(steps)-1].Audit.Step), 10)
+			return false
+		}
+		steps = append(steps, st)
+		return true
+	})
+	if err != nil {
+		return StepPage{}, err
+	}
+	rows, err := s.stepRows(steps)
+	return StepPage{Steps: rows, Total: s.sum.Sealed, Next: next}, err
+}
+
+func stepOf(st *stepRec, f Funnel, g *gradRec) Step {
 	out := Step{StepAudit: st.Audit, Funnel: f, MeanReward: st.MeanReward, Reward: st.Reward, TrainedStaleness: st.TrainedStaleness}
 	if out.TrainedStaleness == nil {
 		out.TrainedStaleness = []projections.Count{}
 	}
-	if gn, ok := norms[int64(st.Audit.Step)]; ok {
+	if g != nil {
+		gn := g.G.GradNorm
 		out.GradNorm = &gn
 	}
 	return out
 }
 
-// findings are the run's findings: the fold's in the order made, then the
-// misrouted ones by position.
-func (s *Snapshot) findings() ([]Finding, error) {
+// findings are the run's findings, at most most: the fold's in the order
+// made, then the misrouted ones by position.
+func (s *Snapshot) findings(most int) ([]Finding, error) {
 	out := []Finding{}
 	for _, kind := range []byte{kFinding, kMisrouted} {
 		err := s.r.Scan([]byte{kind}, nil, func(_, val []byte) (bool, error) {
+			if len(out) == most {
+				return false, nil
+			}
 			var f Finding
 			if err := json.Unmarshal(val, &f); err != nil {
 				return false, fmt.Errorf("explore: finding of %s: %w", s.run, err)
@@ -431,11 +528,7 @@ func (s *Snapshot) StepView(seq uint64) (StepView, bool, error) {
 		if err != nil {
 			return v, false, err
 		}
-		norms := map[int64]float64{}
-		if g != nil {
-			norms[g.G.Batch] = g.G.GradNorm
-		}
-		step := stepOf(st, fs[0], norms)
+		step := stepOf(st, fs[0], g)
 		v.Metrics = &step
 	}
 	return v, true, nil

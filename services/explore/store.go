@@ -141,6 +141,11 @@ type sumRec struct {
 	// InFlight counts the train groups started, neither in a batch nor
 	// dropped.
 	InFlight int `json:"in_flight"`
+	// Drops counts the groups the batches dropped, by reason; DropsKept
+	// says it does (records made before it did count them from the
+	// steps).
+	Drops     map[string]int `json:"drops,omitempty"`
+	DropsKept bool           `json:"drops_kept,omitempty"`
 	// Engines are the engines with a vocabulary, in the order first
 	// registered.
 	Engines []string `json:"engines,omitempty"`

@@ -64,15 +64,33 @@ type Reference struct {
 // step, and the run's findings.
 type RunView struct {
 	RunSummary
-	Config     events.Config   `json:"config"`
-	Configured bool            `json:"configured"`
-	Steps      []Step          `json:"steps"`
-	Reference  Reference       `json:"reference"`
-	Funnel     Funnel          `json:"funnel"`
-	InFlight   int             `json:"groups_in_flight"`
-	Findings   []Finding       `json:"finding_list"`
-	Drops      map[string]int  `json:"drops"`
-	Policies   []PolicyVersion `json:"policies"`
+	Config     events.Config `json:"config"`
+	Configured bool          `json:"configured"`
+	// Steps are every step of a run of at most [RunViewSteps]; of a
+	// longer one (StepsSampled), the newest half of them and older ones
+	// evenly spaced. StepsTotal counts the run's steps.
+	Steps        []Step    `json:"steps"`
+	StepsTotal   int       `json:"steps_total"`
+	StepsSampled bool      `json:"steps_sampled"`
+	Reference    Reference `json:"reference"`
+	Funnel       Funnel    `json:"funnel"`
+	InFlight     int       `json:"groups_in_flight"`
+	// Findings are the first [RunViewFindings] of the run's (the
+	// summary's findings counts every one).
+	Findings []Finding      `json:"finding_list"`
+	Drops    map[string]int `json:"drops"`
+	// Policies are the newest [RunViewPolicies] of the PoliciesTotal
+	// published.
+	Policies      []PolicyVersion `json:"policies"`
+	PoliciesTotal uint64          `json:"policies_total"`
+}
+
+// StepPage is a page of the steps list.
+type StepPage struct {
+	Steps []Step `json:"steps"`
+	Total int    `json:"total"`
+	// Next is the cursor of the next page, "" on the last.
+	Next string `json:"next"`
 }
 
 // PolicyVersion is a policy.published fact.

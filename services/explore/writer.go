@@ -70,7 +70,7 @@ func (w *Writer) summary(s projections.Store) (*sumRec, error) {
 	}
 	w.sum = &sumRec{Versions: map[int]uint64{}, Config: events.DefaultConfig()}
 	if !ok {
-		w.sum.Partial, w.sumDirty = w.PartialIfNew, true
+		w.sum.Partial, w.sum.DropsKept, w.sumDirty = w.PartialIfNew, true, true
 		return w.sum, nil
 	}
 	if err := json.Unmarshal(v, w.sum); err != nil {
@@ -615,6 +615,12 @@ func (w *Writer) seal(s projections.Store, man *projections.Manifest, decision p
 	}
 	if g != nil {
 		projections.ApplyGradient(&st.Audit, &g.G)
+	}
+	if sum.DropsKept {
+		if sum.Drops == nil {
+			sum.Drops = map[string]int{}
+		}
+		addDrops(sum.Drops, &st)
 	}
 	return setJSON(s, key(kStep, u64(man.Seq)), st)
 }

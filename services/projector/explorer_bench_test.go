@@ -94,9 +94,17 @@ func BenchmarkExplorerFirstViews(b *testing.B) {
 			b.Fatalf("attempts page: %v", err)
 		}
 		a := page.Attempts[0]
+		runs, _ := get("/v1/explore/runs")
+		var list struct {
+			Runs []explore.RunSummary `json:"runs"`
+		}
+		if err := json.Unmarshal(runs, &list); err != nil || len(list.Runs) != 1 {
+			b.Fatalf("runs list: %v", err)
+		}
 		views := []struct{ name, path string }{
 			{"runs", "/v1/explore/runs"},
 			{"run", base},
+			{"steps-last-page", base + "/steps?limit=500&cursor=" + strconv.Itoa(max(1, list.Runs[0].Batches-500))},
 			{"attempts-first-page", base + "/attempts"},
 			{"attempts-last-page", base + "/attempts?cursor=" + strconv.FormatUint(page.Total-min(page.Total, 2000), 10)},
 			{"attempt", base + "/attempts/" + a.Attempt},
@@ -105,13 +113,6 @@ func BenchmarkExplorerFirstViews(b *testing.B) {
 			{"task", base + "/tasks/" + a.Task},
 			{"tasks", base + "/tasks"},
 			{"search", base + "/search?q=zz-absent"},
-		}
-		runs, _ := get("/v1/explore/runs")
-		var list struct {
-			Runs []explore.RunSummary `json:"runs"`
-		}
-		if err := json.Unmarshal(runs, &list); err != nil || len(list.Runs) != 1 {
-			b.Fatalf("runs list: %v", err)
 		}
 		if n := list.Runs[0].Batches; n > 0 {
 			views = append(views, struct{ name, path string }{"step", base + "/steps/" + strconv.Itoa(n)})

@@ -500,8 +500,12 @@ const views = {
       chart("truncated share (trainer)", steps, [{ name: "truncated", color: COLORS[5], values: col((s) => (s.trained ? s.truncated_fraction : null)) }],
         { pct: true, refs: [{ value: d.reference.truncated_low, label: "recipe low" }, { value: d.reference.truncated_high, label: "high" }], id: "truncated" }),
     ];
+    // The table shows 100 of the view's steps (a long run's newest), or,
+    // with ?steps=all, a page of the steps list, which has every one.
     const all = q.get("steps") === "all";
-    const rows = (all ? S : S.slice(0, 100)).map((s) => `<tr class="click" data-href="${esc(hStep(run, s.step))}" data-row="${s.step}"><td>${link(hStep(run, s.step), "step " + s.step)}</td>
+    const page = all ? await get(runBase(run, "steps"), { cursor: q.get("page") || "", limit: 500 }) : null;
+    const shown = all ? page.steps : d.steps_sampled ? S.slice(-100) : S.slice(0, 100);
+    const rows = shown.map((s) => `<tr class="click" data-href="${esc(hStep(run, s.step))}" data-row="${s.step}"><td>${link(hStep(run, s.step), "step " + s.step)}</td>
       <td class="num">${v("groups-" + s.step, s.groups)}</td><td class="num">${v("attempts-" + s.step, s.attempts)}</td><td class="num">${v("pass_rate-" + s.step, s.pass_rate, pct(s.pass_rate))}</td>
       <td>${drops.map((r) => dropCount(s, r) ? `${r} ${dropCount(s, r)}` : "").filter(Boolean).join(", ") || "–"}</td>
       <td class="num">${v("masked_token_fraction-" + s.step, s.masked_token_fraction, pct(s.masked_token_fraction))}</td><td class="num">${v("tokens_per_solve-" + s.step, s.tokens_per_solve, num(s.tokens_per_solve, 0))}</td>
@@ -510,9 +514,11 @@ const views = {
     <div class="cards">${card("facts", "facts", d.facts)}${card("batches sealed", "batches", d.batches)}${card("tasks admitted", "tasks_admitted", d.tasks_admitted)}${card("tasks rejected", "tasks_rejected", d.tasks_rejected)}${card("findings", "findings", d.findings)}${card("train groups in flight", "groups_in_flight", d.groups_in_flight)}${card("max staleness", "max_staleness", d.config.max_staleness)}${card("fact catalogue", "catalogue", d.catalogue.join(","), catalogue(d.catalogue))}</div>
     <p>${link(hRun(run) + "/attempts", "all attempts")} · ${link(hRun(run) + "/tasks", "all tasks")} · last activity ${ts(lastSeen(d))}</p>
     ${S.length ? "" : '<p class="muted" data-k="no_batch">no sealed batch yet: the charts and steps appear with the first</p>'}
+    ${d.steps_sampled ? `<p class="muted" data-k="steps-sampled" data-v="${S.length}">the charts show ${S.length} of the run's ${d.steps_total} steps: the newest each, older ones evenly spaced</p>` : ""}
     <div class="grid">${charts.join("")}</div>
     <h2>Steps</h2><table><thead><tr><th>step</th><th class="num">groups</th><th class="num">attempts</th><th class="num">pass rate</th><th>dropped</th><th class="num">masked tokens</th><th class="num">tokens/solve</th><th class="num">infra lost</th><th class="num">loss</th><th>trainer</th></tr></thead><tbody>${rows}</tbody></table>
-    ${!all && S.length > 100 ? `<p>${link(hRun(run) + "?steps=all", "show all " + S.length + " steps")}</p>` : ""}
+    ${!all && d.steps_total > 100 ? `<p>${link(hRun(run) + "?steps=all", "show all " + d.steps_total + " steps")}</p>` : ""}
+    ${all && (page.next || q.get("page")) ? `<p class="muted" data-k="steps-page">steps ${shown.length ? shown[0].step + "–" + shown[shown.length - 1].step : ""} of ${page.total}${q.get("page") ? " · " + link(hRun(run) + "?steps=all", "first page") : ""}${page.next ? " · " + link(hRun(run) + "?steps=all&page=" + enc(page.next), "next page") : ""}</p>` : ""}
     ${d.finding_list.length ? `<h2>Findings</h2><table><thead><tr><th>#</th><th>kind</th><th>fact</th><th>detail</th></tr></thead><tbody>${d.finding_list.map((f) => `<tr><td>${f.seq || "–"}</td><td>${esc(f.kind)}</td><td>${f.fact.seq || `partition ${f.fact.partition}, offset ${f.fact.offset} (outside the run's partition)`}</td><td style="white-space:normal">${esc(f.detail)}${f.attempt ? " · " + link(hAttempt(run, f.attempt), f.attempt) : f.group ? " · " + link(hGroup(run, f.group), f.group) : ""}</td></tr>`).join("")}</tbody></table>` : ""}` };
   },
 

@@ -1,0 +1,154 @@
+package explore
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/projections"
+)
+
+// seal folds batch seq's batch.sealed decision, made at the model's last
+// fact, into m.
+func seal(t *testing.T, m *Model, man projections.Manifest) {
+	t.Helper()
+	data, err := json.Marshal(man)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := json.Marshal(projections.Envelope{ID: fmt.Sprintf("seal-%d", man.Seq), Run: m.Run(), Type: projections.KindBatchSealed,
+		Fact: projections.FactPosition{Seq: m.Facts()}, Data: data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Decision(env); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A long run's view stays the same size: its newest steps each and the
+// older ones evenly spaced, each as the steps list shows it, with the
+// drops of every step counted, from records that keep that count and from
+// records made before they did. The steps list pages through every step.
+func TestRunViewBoundedSteps(t *testing.T) {
+	const steps = 40
+	m := NewModel("r")
+	wantDrops := map[string]int{}
+	for seq := 1; seq <= steps; seq++ {
+		g, task := fmt.Sprintf("g%d", seq), fmt.Sprintf("t%d", seq%4)
+		facts := []events.Fact{
+			&events.TaskRegistered{Task: task, Prompt: "p"},
+			&events.GroupStarted{Group: g, Task: task, Size: 1, Purpose: events.PurposeTrain},
+			&events.AttemptStarted{Attempt: g + "/a", Group: g, Task: task, Engine: "e", VM: "v"},
+			&events.TurnGenerated{Attempt: g + "/a", Turn: 0, CompletionTokens: int64(seq), VersionSegments: events.SingleVersion(0), Finish: events.FinishStop},
+		}
+		if seq%2 == 0 {
+			facts = append(facts, &events.GradientApplied{Step: int64(seq), Batch: int64(seq), BatchDigest: "d", FromVersion: 0, ToVersion: 1,
+				GradNorm: float64(seq) / 8, LogprobGap: map[string]float64{}})
+		}
+		feed(m, facts...)
+		man := projections.Manifest{Seq: uint64(seq), Digest: "d", Groups: []projections.BatchGroup{{Group: g, Task: task,
+			Attempts: []projections.BatchAttempt{{Attempt: g + "/a", Reward: float64(seq % 2), Turns: []projections.BatchTurn{{Turn: 0, Trained: true}}}}}}}
+		if seq%3 == 0 {
+			man.Dropped = []projections.DroppedGroup{{Group: g + "-z", Task: task, Reason: projections.DropZeroSignal}}
+			wantDrops[projections.DropZeroSignal]++
+		}
+		if seq%7 == 0 {
+			man.Dropped = append(man.Dropped, projections.DroppedGroup{Group: g + "-i", Task: task, Reason: projections.DropInfraLost})
+			wantDrops[projections.DropInfraLost]++
+		}
+		seal(t, m, man)
+	}
+	s, err := m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := s.Steps("", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all.Steps) != steps || all.Total != steps || all.Next != "" {
+		t.Fatalf("steps list: %d steps of %d, next %q; want all %d", len(all.Steps), all.Total, all.Next, steps)
+	}
+	for i, st := range all.Steps {
+		if st.Step != uint64(i+1) {
+			t.Fatalf("steps list row %d is step %d", i, st.Step)
+		}
+		if (st.GradNorm != nil) != (st.Step%2 == 0) {
+			t.Errorf("step %d: grad norm %v, want one only for even steps", st.Step, st.GradNorm)
+		}
+		// The funnel counts the tasks registered before the seal: one more
+		// each step until the four tasks are.
+		if want := min(int(st.Step), 4); st.Funnel.Registered != want {
+			t.Errorf("step %d: funnel registered %d, want %d", st.Step, st.Funnel.Registered, want)
+		}
+	}
+
+	whole, err := s.RunView(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if whole.StepsSampled || whole.StepsTotal != steps || !reflect.DeepEqual(whole.Steps, all.Steps) {
+		t.Fatalf("a run of %d steps: sampled %v, total %d, %d steps; want every step", steps, whole.StepsSampled, whole.StepsTotal, len(whole.Steps))
+	}
+	if !reflect.DeepEqual(whole.Drops, wantDrops) {
+		t.Errorf("drops %v, want %v", whole.Drops, wantDrops)
+	}
+
+	rv, err := s.runView(time.Now(), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []uint64
+	for _, st := range rv.Steps {
+		got = append(got, st.Step)
+		if !reflect.DeepEqual(st, all.Steps[st.Step-1]) {
+			t.Errorf("step %d in the bounded view differs from the steps list's", st.Step)
+		}
+	}
+	// Of 40 steps, the 5 newest (36–40) and 5 of steps 1–35 from the first,
+	// 35/5 = 7 apart.
+	if want := []uint64{1, 8, 15, 22, 29, 36, 37, 38, 39, 40}; !reflect.DeepEqual(got, want) {
+		t.Errorf("bounded view shows steps %v, want %v", got, want)
+	}
+	if !rv.StepsSampled || rv.StepsTotal != steps {
+		t.Errorf("bounded view: sampled %v, total %d; want sampled of %d", rv.StepsSampled, rv.StepsTotal, steps)
+	}
+	if !reflect.DeepEqual(rv.Drops, wantDrops) {
+		t.Errorf("bounded view drops %v, want every step's %v", rv.Drops, wantDrops)
+	}
+
+	// Records made before the summary kept the drops count them from the
+	// steps.
+	s.sum.DropsKept, s.sum.Drops = false, nil
+	old, err := s.runView(time.Now(), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(old.Drops, wantDrops) {
+		t.Errorf("drops from records without the count %v, want %v", old.Drops, wantDrops)
+	}
+
+	var paged []Step
+	cursor := ""
+	for range steps {
+		p, err := s.Steps(cursor, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		paged = append(paged, p.Steps...)
+		if p.Next == "" {
+			break
+		}
+		if want := fmt.Sprint(p.Steps[len(p.Steps)-1].Step); p.Next != want {
+			t.Fatalf("next %q after a page ending at step %s", p.Next, want)
+		}
+		cursor = p.Next
+	}
+	if !reflect.DeepEqual(paged, all.Steps) {
+		t.Errorf("pages of 7 hold %d steps, not the list's %d", len(paged), len(all.Steps))
+	}
+}
