@@ -112,14 +112,7 @@ func (s *Service) Register(mux Routes) {
 	mux.Handle("GET /ui/{file}", http.HandlerFunc(serveAsset))
 	mux.Handle("GET /v1/explore/runs", http.HandlerFunc(s.runList))
 	mux.Handle("GET /v1/runs/{run}/explore", s.view(func(m *Snapshot, _ *http.Request) (any, error) { return m.RunView(s.now()) }))
-	mux.Handle("GET /v1/runs/{run}/explore/steps", s.view(func(m *Snapshot, r *http.Request) (any, error) {
-		q := r.URL.Query()
-		limit, err := ValidatePage(q.Get("cursor"), q.Get("limit"))
-		if err != nil {
-			return nil, badValue(err.Error())
-		}
-		return m.Steps(q.Get("cursor"), limit)
-	}))
+	mux.Handle("GET /v1/runs/{run}/explore/steps", s.view(paged((*Snapshot).Steps)))
 	mux.Handle("GET /v1/runs/{run}/explore/steps/{seq}", s.view(func(m *Snapshot, r *http.Request) (any, error) {
 		seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
 		if err != nil || seq < 1 {
@@ -147,30 +140,29 @@ func (s *Service) Register(mux Routes) {
 		}
 		return m.Search(q.Get("q"), q.Get("cursor"), limit)
 	}))
-	mux.Handle("GET /v1/runs/{run}/explore/attempts", s.view(func(m *Snapshot, r *http.Request) (any, error) {
-		q := r.URL.Query()
-		limit, err := ValidatePage(q.Get("cursor"), q.Get("limit"))
-		if err != nil {
-			return nil, badValue(err.Error())
-		}
-		return m.Attempts(q.Get("cursor"), limit)
-	}))
+	mux.Handle("GET /v1/runs/{run}/explore/attempts", s.view(paged((*Snapshot).Attempts)))
 	mux.Handle("GET /v1/runs/{run}/explore/attempts/{attempt...}", s.view(func(m *Snapshot, r *http.Request) (any, error) {
 		v, ok, err := m.AttemptView(r.PathValue("attempt"))
 		return found(v, ok, err, fmt.Sprintf("no attempt %q", r.PathValue("attempt")))
 	}))
-	mux.Handle("GET /v1/runs/{run}/explore/tasks", s.view(func(m *Snapshot, r *http.Request) (any, error) {
+	mux.Handle("GET /v1/runs/{run}/explore/tasks", s.view(paged((*Snapshot).Tasks)))
+	mux.Handle("GET /v1/runs/{run}/explore/tasks/{task...}", s.view(func(m *Snapshot, r *http.Request) (any, error) {
+		v, ok, err := m.TaskView(r.PathValue("task"), r.URL.Query().Get("cursor"), TaskGroupPage)
+		return found(v, ok, err, fmt.Sprintf("no task %q", r.PathValue("task")))
+	}))
+}
+
+// paged is the view of a paged list: the request's cursor and page size
+// checked ([ValidatePage]), then page's answer.
+func paged[T any](page func(m *Snapshot, cursor string, limit int) (T, error)) func(*Snapshot, *http.Request) (any, error) {
+	return func(m *Snapshot, r *http.Request) (any, error) {
 		q := r.URL.Query()
 		limit, err := ValidatePage(q.Get("cursor"), q.Get("limit"))
 		if err != nil {
 			return nil, badValue(err.Error())
 		}
-		return m.Tasks(q.Get("cursor"), limit)
-	}))
-	mux.Handle("GET /v1/runs/{run}/explore/tasks/{task...}", s.view(func(m *Snapshot, r *http.Request) (any, error) {
-		v, ok, err := m.TaskView(r.PathValue("task"), r.URL.Query().Get("cursor"), TaskGroupPage)
-		return found(v, ok, err, fmt.Sprintf("no task %q", r.PathValue("task")))
-	}))
+		return page(m, q.Get("cursor"), limit)
+	}
 }
 
 func (s *Service) now() time.Time {

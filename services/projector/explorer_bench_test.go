@@ -28,7 +28,9 @@ import (
 // projector's state window by window as the service folds it, the
 // database is closed and opened again, and each view is asked for once
 // (the first view, cold) and then five times more (the median, warm).
-// EXPLORE_BENCH_DIR keeps the folded state for another run of the bench.
+// EXPLORE_BENCH_DIR keeps the folded state for another run of the bench;
+// EXPLORE_BENCH_TOKENS=1 gives the turns inline token ids, log-probs and
+// text, as a real run's carry them.
 //
 //	EXPLORE_BENCH_FACTS=1000000 go test ./services/projector/ -run '^$' -bench ExplorerFirstViews -benchtime 1x -timeout 0
 func BenchmarkExplorerFirstViews(b *testing.B) {
@@ -41,11 +43,15 @@ func BenchmarkExplorerFirstViews(b *testing.B) {
 	if dir == "" {
 		dir = b.TempDir()
 	}
+	tokens := os.Getenv("EXPLORE_BENCH_TOKENS") == "1"
 	dir = filepath.Join(dir, fmt.Sprintf("facts-%d", facts))
+	if tokens {
+		dir += "-tokens"
+	}
 	log := slog.New(slog.DiscardHandler)
 	if _, err := os.Stat(filepath.Join(dir, "folded")); err != nil {
 		start := time.Now()
-		n, err := foldSimulated(dir, run, facts)
+		n, err := foldSimulated(dir, run, facts, tokens)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -135,10 +141,10 @@ func BenchmarkExplorerFirstViews(b *testing.B) {
 	}
 }
 
-// foldSimulated folds a simulated run of about facts facts into a new
-// projector state in dir, in windows of 2,000 records, and returns how
-// many it folded.
-func foldSimulated(dir, run string, facts int) (int, error) {
+// foldSimulated folds a simulated run of about facts facts (with inline
+// tokens and text when tokens) into a new projector state in dir, in
+// windows of 2,000 records, and returns how many it folded.
+func foldSimulated(dir, run string, facts int, tokens bool) (int, error) {
 	log := slog.New(slog.DiscardHandler)
 	db, err := pebble.Open(dir, pebbleOptions(log, dir))
 	if err != nil {
@@ -146,7 +152,7 @@ func foldSimulated(dir, run string, facts int) (int, error) {
 	}
 	defer db.Close()
 	p := &Projector{o: Options{Kafka: kafkalog.Config{}}, db: db, log: log}
-	src, err := simulate.NewSource(simulate.Options{Seed: 42, Tasks: 200, Steps: max(1, 64*facts/3_000_000), BatchGroups: 64, MaxTurns: 200}, run)
+	src, err := simulate.NewSource(simulate.Options{Seed: 42, Tasks: 200, Steps: max(1, 64*facts/3_000_000), BatchGroups: 64, MaxTurns: 200, Tokens: tokens, Text: tokens}, run)
 	if err != nil {
 		return 0, err
 	}
