@@ -56,7 +56,9 @@ type Options struct {
 	// on, and its next prompt is recorded whole, with no parent.
 	AttemptRetention time.Duration
 	// Client talks to the engines and the ledger (default: a transport
-	// with keep-alive pools sized for thousands of attempts).
+	// with keep-alive pools sized for thousands of attempts, whose
+	// requests are sent again on a new connection when a reused one
+	// closed before the answer began: see [replayable]).
 	Client *http.Client
 	Logger *slog.Logger
 	Now    func() time.Time
@@ -144,7 +146,32 @@ func (o Options) withDefaults() Options {
 		tr.MaxIdleConns = 4096
 		tr.MaxIdleConnsPerHost = 4096
 		tr.DisableCompression = true
-		o.Client = &http.Client{Transport: tr}
+		o.Client = &http.Client{Transport: replayable{tr}}
 	}
 	return o
+}
+
+// replayable marks each request it sends as one Go's transport may send
+// again. An engine closes a keep-alive connection it has left idle for a
+// few seconds (llama.cpp's server after 5, uvicorn's too), and a request
+// sent on a pooled connection as the engine closes it fails before any
+// answer: unmarked, a POST is not retried and the client gets a 502. The
+// transport retries a marked request, on a new connection, only when the
+// failure came on a reused connection before the answer's first byte, so
+// an engine repeats at most a generation whose answer never reached the
+// proxy: the turn recorded stays the one answer the client gets. The mark
+// (an Idempotency-Key header without a value, net/http's convention) is
+// not sent; a request that carries its own key keeps it.
+type replayable struct{ http.RoundTripper }
+
+func (t replayable) RoundTrip(r *http.Request) (*http.Response, error) {
+	if _, ok := r.Header["Idempotency-Key"]; ok {
+		return t.RoundTripper.RoundTrip(r)
+	}
+	r = r.Clone(r.Context())
+	if r.Header == nil {
+		r.Header = http.Header{}
+	}
+	r.Header["Idempotency-Key"] = nil
+	return t.RoundTripper.RoundTrip(r)
 }
