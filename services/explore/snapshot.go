@@ -178,13 +178,12 @@ func (s *Snapshot) funnels(seqs []uint64) ([]Funnel, error) {
 }
 
 // RunViewSteps is how many steps the run view shows. A longer run shows
-// its newest recentSteps and, of the steps before them, as many again
+// its newest half that many and, of the steps before them, as many again
 // evenly spaced, so the view reads the same few hundred records on a
 // run's fifth day as on its first; the steps list ([Snapshot.Steps])
 // pages through every one.
 const (
 	RunViewSteps = 500
-	recentSteps  = RunViewSteps / 2
 	// RunViewFindings is how many of its findings the run view lists, in
 	// the order made; the summary counts every one.
 	RunViewFindings = 1000
@@ -260,8 +259,8 @@ func (s *Snapshot) scanSteps(after uint64, fn func(*stepRec) bool) error {
 
 // shownSteps are the step records the run view shows, in batch order:
 // every one when there are at most most (or most is 0); else the newest
-// recentSteps and most-recentSteps of the older ones, the first of them
-// and then evenly spaced, each a point read.
+// most/2 and the rest of most from the older ones, the first of them and
+// then evenly spaced, each a point read.
 func (s *Snapshot) shownSteps(most int) ([]*stepRec, error) {
 	var out []*stepRec
 	last := s.sum.MaxBatch
@@ -331,7 +330,7 @@ func (s *Snapshot) Steps(cursor string, limit int) (StepPage, error) {
 	next := ""
 	err := s.scanSteps(after, func(st *stepRec) bool {
 		if limit > 0 && len(steps) == limit {
-			next = strconv.FormatUint(uint64(steps[len(steps)-1].Audit.Step), 10)
+			next = strconv.FormatUint(steps[len(steps)-1].Audit.Step, 10)
 			return false
 		}
 		steps = append(steps, st)
