@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"strconv"
 	"testing"
 	"time"
 
@@ -150,5 +151,93 @@ func TestRunViewBoundedSteps(t *testing.T) {
 	}
 	if !reflect.DeepEqual(paged, all.Steps) {
 		t.Errorf("pages of 7 hold %d steps, not the list's %d", len(paged), len(all.Steps))
+	}
+}
+
+// A task's groups are listed in the order they started, a page at a time,
+// whether its record keeps them as keys of their own or (written before
+// those keys) as a list, and once the writer has moved such a list to keys.
+func TestTaskGroupsListed(t *testing.T) {
+	m := NewModel("r")
+	start := func(from, to int) {
+		for i := from; i < to; i++ {
+			g := fmt.Sprintf("g%02d", i)
+			feed(m, &events.GroupStarted{Group: g, Task: "t", Size: 1, Purpose: events.PurposeTrain},
+				&events.AttemptStarted{Attempt: g + "/a", Group: g, Task: "t", Engine: "e", VM: "v"})
+		}
+	}
+	want := func(n int) []string {
+		var ids []string
+		for i := range n {
+			ids = append(ids, fmt.Sprintf("g%02d", i))
+		}
+		return ids
+	}
+	check := func(stage string, n int) {
+		t.Helper()
+		s, err := m.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		cursor := ""
+		for range n + 1 {
+			v, ok, err := s.TaskView("t", cursor, 3)
+			if err != nil || !ok {
+				t.Fatalf("%s: task view at cursor %q: ok %v, %v", stage, cursor, ok, err)
+			}
+			if v.Groups != n || v.Attempts != n {
+				t.Errorf("%s: task counts %d groups and %d attempts, want %d each", stage, v.Groups, v.Attempts, n)
+			}
+			for _, g := range v.GroupList {
+				got = append(got, g.Group)
+			}
+			if cursor = v.GroupsNext; cursor == "" {
+				break
+			}
+		}
+		if !reflect.DeepEqual(got, want(n)) {
+			t.Errorf("%s: groups paged %v, want %v", stage, got, want(n))
+		}
+		if _, _, err := s.TaskView("t", strconv.Itoa(n+1), 3); err == nil {
+			t.Errorf("%s: a cursor past the task's %d groups was accepted", stage, n)
+		}
+	}
+
+	feed(m, &events.TaskRegistered{Task: "t", Prompt: "p"})
+	start(0, 7)
+	check("keyed", 7)
+
+	// Rewrite the record as one written before the keys: the list inside.
+	if err := m.w.Flush(m.kv); err != nil {
+		t.Fatal(err)
+	}
+	v, _, _ := m.kv.Get(idKey(kTask, "t"))
+	var rec taskRec
+	if err := json.Unmarshal(v, &rec); err != nil {
+		t.Fatal(err)
+	}
+	rec.Groups, rec.NGroups = want(7), 0
+	for i := range 7 {
+		if err := m.kv.Delete(taskGroupKey("t", uint64(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.kv.Set(idKey(kTask, "t"), v); err != nil {
+		t.Fatal(err)
+	}
+	m.w.tasks = map[string]*entry[taskRec]{}
+	check("listed", 7)
+
+	start(7, 11)
+	check("moved to keys", 11)
+	v, _, _ = m.kv.Get(idKey(kTask, "t"))
+	rec = taskRec{}
+	if err := json.Unmarshal(v, &rec); err != nil || len(rec.Groups) != 0 || rec.NGroups != 11 {
+		t.Errorf("record after a group was added: %d groups listed, %d keyed (%v); want the list moved to 11 keys", len(rec.Groups), rec.NGroups, err)
 	}
 }

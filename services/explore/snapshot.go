@@ -814,7 +814,7 @@ func lineage(a *attRec, g *grpRec, t *events.TurnGenerated, grad *Gradient) ([]p
 
 func (s *Snapshot) taskRow(id string, t *taskRec) TaskRow {
 	r := TaskRow{Task: id, Registered: t.R != nil, Decision: t.Decision, Probes: t.Admission.Probes, Passes: t.Admission.Passes,
-		PassRate: t.Admission.PassRate, Groups: len(t.Groups), Attempts: t.Attempts, Solved: t.Solved}
+		PassRate: t.Admission.PassRate, Groups: t.groups(), Attempts: t.Attempts, Solved: t.Solved}
 	if t.R != nil {
 		r.Kind, r.Tier = t.R.Kind, t.R.Tier
 	}
@@ -863,29 +863,57 @@ func (s *Snapshot) TaskView(id, cursor string, limit int) (TaskView, bool, error
 		p := t.DecidedAt
 		v.DecidedAt = &p
 	}
+	n := t.groups()
 	from := 0
 	if cursor != "" {
-		n, err := strconv.Atoi(cursor)
-		if err != nil || n < 0 || n > len(t.Groups) {
+		c, err := strconv.Atoi(cursor)
+		if err != nil || c < 0 || c > n {
 			return v, false, &httpError{http.StatusBadRequest, "invalid_value", fmt.Sprintf("cursor %q is not one this view returned", cursor)}
 		}
-		from = n
+		from = c
 	}
-	to := len(t.Groups)
+	to := n
 	if limit > 0 {
 		to = min(to, from+limit)
 	}
-	for _, gid := range t.Groups[from:to] {
+	ids, err := s.taskGroups(id, t, from, to)
+	if err != nil {
+		return v, false, err
+	}
+	for _, gid := range ids {
 		gv, _, err := s.GroupView(gid)
 		if err != nil {
 			return v, false, err
 		}
 		v.GroupList = append(v.GroupList, gv)
 	}
-	if to < len(t.Groups) {
+	if to < n {
 		v.GroupsNext = strconv.Itoa(to)
 	}
 	return v, true, nil
+}
+
+// taskGroups are the ids of task's groups from its from-th to before its
+// to-th, in the order they started: one scan of its H keys, or the list
+// of a record written before them.
+func (s *Snapshot) taskGroups(task string, t *taskRec, from, to int) ([]string, error) {
+	if len(t.Groups) > 0 {
+		return t.Groups[from:to], nil
+	}
+	ids := make([]string, 0, to-from)
+	if from >= to {
+		return ids, nil
+	}
+	prefix := attemptPrefix(kTaskGroup, task)
+	var after []byte
+	if from > 0 {
+		after = taskGroupKey(task, uint64(from-1))
+	}
+	err := s.r.Scan(prefix, after, func(_, v []byte) (bool, error) {
+		ids = append(ids, string(v))
+		return len(ids) < to-from, nil
+	})
+	return ids, err
 }
 
 // SideView builds a group's side-by-side view; ok is false when the group

@@ -29,6 +29,7 @@ import (
 //	a ord                       the ord-th attempt started: its id
 //	G group, g ord              a group (grpRec), the ord-th group named
 //	T task, t ord               a task (taskRec), the ord-th task named
+//	H task 0 ord                the ord-th group of a task: its id
 //	N seq kind task             the funnel: task registered (r), probed (p), admitted (a) or rejected (x) by fact seq
 //	U attempt 0 turn            a turn.generated: its position and record value
 //	C attempt 0 turn call seq   a tool.called: its record value
@@ -47,6 +48,7 @@ const (
 	kGroupOrd   = 'g'
 	kTask       = 'T'
 	kTaskOrd    = 't'
+	kTaskGroup  = 'H'
 	kFunnel     = 'N'
 	kTurn       = 'U'
 	kTool       = 'C'
@@ -241,11 +243,16 @@ func (g *grpRec) task() string {
 	return g.S.Task
 }
 
-// taskRec is a task.
+// taskRec is a task. Its groups are H keys, one each, so that the record
+// stays the same size however many groups the run gives the task.
 type taskRec struct {
-	R           *events.TaskRegistered   `json:"r,omitempty"`
-	Fact        projections.FactPosition `json:"f"`
-	Ord         uint64                   `json:"o"`
+	R    *events.TaskRegistered   `json:"r,omitempty"`
+	Fact projections.FactPosition `json:"f"`
+	Ord  uint64                   `json:"o"`
+	// NGroups counts the task's H keys. Groups is the list a record
+	// written before them held; the writer moves it to H keys when it
+	// next adds a group.
+	NGroups     int                      `json:"ng,omitempty"`
 	Groups      []string                 `json:"g,omitempty"`
 	Decision    string                   `json:"d"`
 	DecisionSeq uint64                   `json:"ds,omitempty"`
@@ -254,6 +261,14 @@ type taskRec struct {
 	Probed      bool                     `json:"p,omitempty"`
 	Attempts    int                      `json:"n,omitempty"`
 	Solved      int                      `json:"s,omitempty"`
+}
+
+// groups is how many groups the task has.
+func (t *taskRec) groups() int { return t.NGroups + len(t.Groups) }
+
+// taskGroupKey is the key of a task's ord-th group.
+func taskGroupKey(task string, ord uint64) []byte {
+	return binary.BigEndian.AppendUint64(attemptPrefix(kTaskGroup, task), ord)
 }
 
 type batchRec struct {

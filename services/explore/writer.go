@@ -316,6 +316,19 @@ func (w *Writer) solved(s projections.Store, group string, n int) error {
 	return err
 }
 
+// addGroup gives the task its next group, moving the list of a record
+// written before the H keys to them first.
+func (t *taskRec) addGroup(s projections.Store, task, group string) error {
+	for _, g := range append(t.Groups, group) {
+		if err := s.Set(taskGroupKey(task, uint64(t.NGroups)), []byte(g)); err != nil {
+			return err
+		}
+		t.NGroups++
+	}
+	t.Groups = nil
+	return nil
+}
+
 func (w *Writer) groupStarted(s projections.Store, d *events.GroupStarted, pos projections.FactPosition) error {
 	g, err := w.group(s, d.Group)
 	if err != nil || g.S != nil {
@@ -327,7 +340,9 @@ func (w *Writer) groupStarted(s projections.Store, d *events.GroupStarted, pos p
 	if err != nil {
 		return err
 	}
-	t.Groups = append(t.Groups, d.Group)
+	if err := t.addGroup(s, d.Task, d.Group); err != nil {
+		return err
+	}
 	if d.Purpose == events.PurposeProbe && !t.Probed {
 		t.Probed = true
 		w.sum.Probed++
