@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,9 +25,11 @@ import (
 
 // The records the projector keeps beside its state answer every view as a
 // model folded from the topics does, view for view, for a history that
-// arrives out of causal order; and they need nothing else: after the
-// projector's process is gone, its database alone answers them, through a
-// service whose Kafka cannot be reached.
+// arrives out of causal order, token arrays included, which they read back
+// from the facts log. Past those arrays they need nothing else: after the
+// projector's process is gone, its database alone answers every view but
+// an attempt's with tokens, through a service whose Kafka cannot be
+// reached, and that one says which log it could not read.
 func TestRecordsAnswerWithoutKafka(t *testing.T) {
 	const run = "run-records"
 	plan, err := simulate.Generate(simulate.Options{Seed: 31, Tasks: 10, Steps: 3, BatchGroups: 3, GroupSize: 4,
@@ -65,13 +68,27 @@ func TestRecordsAnswerWithoutKafka(t *testing.T) {
 	}
 	defer p.Close()
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	s := &explore.Service{Kafka: dead, Runs: p, Records: p.ExplorerRecords, Now: func() time.Time { return now }}
-	mux := http.NewServeMux()
-	s.Register(mux)
-	get := func(path string) any {
-		t.Helper()
+	serve := func(kc kafkalog.Config) *http.ServeMux {
+		s := &explore.Service{Kafka: kc, Runs: p, Records: p.ExplorerRecords, Now: func() time.Time { return now }}
+		mux := http.NewServeMux()
+		s.Register(mux)
+		return mux
+	}
+	live, cut := serve(kc), serve(dead)
+	call := func(mux *http.ServeMux, path string) *httptest.ResponseRecorder {
 		rec := httptest.NewRecorder()
 		mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		return rec
+	}
+	// get answers path through the service without Kafka, and attempts'
+	// views (which read token arrays back) through the one with it.
+	get := func(path string) any {
+		t.Helper()
+		mux := cut
+		if strings.Contains(path, "/explore/attempts/") {
+			mux = live
+		}
+		rec := call(mux, path)
 		if rec.Code != http.StatusOK {
 			t.Fatalf("GET %s: %d %s", path, rec.Code, rec.Body)
 		}
@@ -150,10 +167,23 @@ func TestRecordsAnswerWithoutKafka(t *testing.T) {
 		t.Errorf("the attempts list in pages of 7 (%d rows) is not the model's (%d rows)", len(paged), len(attempts))
 	}
 	groups := map[string]bool{}
+	tokens := 0
 	for i, a := range attempts {
 		if i%3 == 0 {
 			v, _ := m.AttemptView(a.Attempt)
 			same(base+"/attempts/"+a.Attempt, v)
+			withTokens := false
+			for _, tv := range v.TurnList {
+				withTokens = withTokens || len(tv.TokenIDs) > 0
+			}
+			if withTokens {
+				tokens++
+				rec := call(cut, base+"/attempts/"+a.Attempt)
+				if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "facts_log_unavailable") ||
+					!strings.Contains(rec.Body.String(), "kept in the facts log") {
+					t.Errorf("attempt %s with tokens, Kafka cut: %d %.300s; want 503 naming the facts log", a.Attempt, rec.Code, rec.Body)
+				}
+			}
 		}
 		if !groups[a.Group] {
 			groups[a.Group] = true
@@ -162,6 +192,9 @@ func TestRecordsAnswerWithoutKafka(t *testing.T) {
 			sv, _ := m.SideView(a.Group)
 			same(base+"/side-by-side/"+a.Group, sv)
 		}
+	}
+	if tokens == 0 {
+		t.Error("no attempt viewed has token arrays: the run does not test reading them back")
 	}
 	tasks := m.Tasks()
 	same(base+"/tasks", explore.TaskPage{Tasks: tasks, Total: uint64(len(tasks))})

@@ -1,10 +1,14 @@
 package explore
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -239,5 +243,104 @@ func TestTaskGroupsListed(t *testing.T) {
 	rec = taskRec{}
 	if err := json.Unmarshal(v, &rec); err != nil || len(rec.Groups) != 0 || rec.NGroups != 11 {
 		t.Errorf("record after a group was added: %d groups listed, %d keyed (%v); want the list moved to 11 keys", len(rec.Groups), rec.NGroups, err)
+	}
+}
+
+// fakeLog is a facts log in memory, by offset; held says which offsets it
+// still holds.
+type fakeLog struct {
+	values map[int64][]byte
+	err    error
+}
+
+func (l fakeLog) Records(_ context.Context, at []projections.FactPosition) ([][]byte, error) {
+	out := make([][]byte, len(at))
+	for i, p := range at {
+		out[i] = l.values[p.Offset]
+	}
+	return out, l.err
+}
+
+// Records that leave token arrays in the facts log keep a turn's text and
+// counts, and an attempt's view reads the arrays back by the turn's
+// position: the same view as records that keep them, from a log that
+// holds the record; without the arrays, saying why, from one that no
+// longer does; and a clear 503 when the log cannot be read or holds
+// another record there.
+func TestTokensReadBackFromTheLog(t *testing.T) {
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	facts := []events.Fact{
+		&events.GroupStarted{Group: "g", Task: "t", Size: 1, Purpose: events.PurposeTrain},
+		&events.AttemptStarted{Attempt: "g/a", Group: "g", Task: "t", Engine: "e", VM: "v"},
+		&events.TurnGenerated{Attempt: "g/a", Turn: 0, PromptTokens: 9, CompletionTokens: 3, VersionSegments: events.SingleVersion(0),
+			TokenIDs: []int32{5, 6, 7}, Logprobs: []float32{-0.5, -0.25, -1}, Text: "abc", Finish: events.FinishToolCall},
+		&events.TurnGenerated{Attempt: "g/a", Turn: 1, PromptTokens: 14, CompletionTokens: 2, VersionSegments: events.SingleVersion(0), Parent: events.TurnRef(0), PrefixTokens: 12,
+			ObservationTokenIDs: []int32{40, 41}, TokenIDs: []int32{8, 9}, Logprobs: []float32{-0.125, -2}, Text: "de", Finish: events.FinishStop},
+		&events.TurnGenerated{Attempt: "g/a", Turn: 2, PromptTokens: 16, CompletionTokens: 1, VersionSegments: events.SingleVersion(0),
+			Text: "no tokens", Finish: events.FinishStop},
+	}
+	whole, stripped := NewModel("r"), NewModel("r")
+	stripped.w.TokensInLog = true
+	log := fakeLog{values: map[int64][]byte{}}
+	for i, f := range facts {
+		ev := events.New("r", "test", at.Add(time.Duration(i)*time.Second), f)
+		v, err := events.Encode(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		log.values[int64(i)] = v
+		whole.Fact(0, int64(i), v, ev)
+		stripped.Fact(0, int64(i), v, ev)
+	}
+	ws, err := whole.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, ok, err := ws.AttemptView("g/a")
+	if err != nil || !ok || len(want.TurnList) != 3 || len(want.TurnList[1].ObservationIDs) != 2 {
+		t.Fatalf("the whole records' view: ok %v, %v, %+v", ok, err, want.TurnList)
+	}
+	s, err := stripped.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, _, _ := stripped.kv.Get(turnKey(kTurn, "g/a", 0))
+	if w, _, _ := whole.kv.Get(turnKey(kTurn, "g/a", 0)); len(u) >= len(w) || bytes.Contains(u, []byte("token_ids")) {
+		t.Errorf("a stored turn with tokens left in the log is %d bytes (whole %d): %q", len(u), len(w), u)
+	}
+	got, ok, err := s.WithLog(context.Background(), log).AttemptView("g/a")
+	if err != nil || !ok || !reflect.DeepEqual(got, want) {
+		t.Errorf("view with tokens read back (ok %v, %v):\n got  %+v\n want %+v", ok, err, got.TurnList, want.TurnList)
+	}
+
+	// Search and the side-by-side view need no log.
+	side, _, err := s.WithLog(context.Background(), nil).SideView("g")
+	if wantSide, _ := whole.SideView("g"); err != nil || !reflect.DeepEqual(side, wantSide) {
+		t.Errorf("side by side from records without arrays: %v, %+v; want %+v", err, side, wantSide)
+	}
+
+	gone := fakeLog{values: map[int64][]byte{3: log.values[3]}}
+	got, _, err = s.WithLog(context.Background(), gone).AttemptView("g/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if t0 := got.TurnList[0]; len(t0.TokenIDs) != 0 || len(t0.Logprobs) != 0 || !strings.Contains(t0.TokensGone, "no longer holds") ||
+		t0.Text != "abc" || t0.CompletionTokens != 3 {
+		t.Errorf("a turn whose record the log lost: %+v; want its text and counts, no arrays, and why", t0)
+	}
+	if t1 := got.TurnList[1]; !reflect.DeepEqual(t1, want.TurnList[1]) {
+		t.Errorf("a turn the log still holds: %+v, want %+v", t1, want.TurnList[1])
+	}
+
+	for name, l := range map[string]FactLog{
+		"no log":      nil,
+		"log fails":   fakeLog{values: log.values, err: errors.New("broker unreachable")},
+		"wrong facts": fakeLog{values: map[int64][]byte{2: log.values[1], 3: log.values[3]}},
+	} {
+		_, _, err := s.WithLog(context.Background(), l).AttemptView("g/a")
+		var he *httpError
+		if err == nil || (name != "wrong facts" && (!errors.As(err, &he) || he.status != 503 || !strings.Contains(he.msg, "partition 0 offset 2"))) {
+			t.Errorf("%s: %v; want an error naming the turn's place in the facts log", name, err)
+		}
 	}
 }

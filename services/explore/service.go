@@ -94,6 +94,14 @@ type Service struct {
 	// kafkaReads counts the refreshes that read Kafka (tests read it).
 	kafkaReads atomic.Int64
 	vocabs     vocabCache
+	logOnce    sync.Once
+	log        *kafkaLog
+}
+
+// factLog is the facts log the records' token arrays are read back from.
+func (s *Service) factLog() FactLog {
+	s.logOnce.Do(func() { s.log = &kafkaLog{f: kafkalog.NewFetcher(s.Kafka), topic: s.Kafka.FactsTopic()} })
+	return s.log
 }
 
 // Routes is where the service registers its routes (an [auth.Router]).
@@ -234,7 +242,7 @@ func (s *Service) snapshot(ctx context.Context, run string, fn func(*Snapshot) e
 		}
 		snap, ok, err := openSnapshot(run, r, &s.vocabs)
 		if err == nil && ok && !snap.Partial() {
-			err = fn(snap)
+			err = fn(snap.WithLog(ctx, s.factLog()))
 			release()
 			return err
 		}

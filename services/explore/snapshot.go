@@ -2,6 +2,7 @@ package explore
 
 import (
 	"cmp"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"maps"
@@ -25,6 +26,10 @@ type Snapshot struct {
 	r      Reader
 	sum    *sumRec
 	vocabs *vocabCache
+	// log reads back the token arrays the records leave in the facts log,
+	// under ctx (the request's); nil when there is none to read.
+	log FactLog
+	ctx context.Context
 
 	atts  map[string]*attRec
 	grps  map[string]*grpRec
@@ -597,6 +602,9 @@ func groupState(g *grpRec) string {
 type storedTurn struct {
 	fact       projections.FactPosition
 	turn       *events.TurnGenerated
+	id         string // the turn's event id
+	inLog      bool   // its token arrays are in the facts log at fact
+	gone       bool   // and the log no longer holds them
 	tools      []events.ToolCalled
 	compaction *events.ContextCompacted
 }
@@ -615,16 +623,12 @@ func (s *Snapshot) turnsRead(attempt string) ([]storedTurn, int64, error) {
 	at := map[int]int{}
 	err := s.r.Scan(attemptPrefix(kTurn, attempt), nil, func(k, v []byte) (bool, error) {
 		read += int64(len(v))
-		pos, ev, err := readRaw(v)
+		pos, d, id, inLog, err := readTurn(v)
 		if err != nil {
 			return false, err
 		}
-		d, ok := ev.Data.(*events.TurnGenerated)
-		if !ok {
-			return false, fmt.Errorf("explore: stored turn of %s is a %s", attempt, ev.Type)
-		}
 		at[d.Turn] = len(out)
-		out = append(out, storedTurn{fact: pos, turn: d})
+		out = append(out, storedTurn{fact: pos, turn: d, id: id, inLog: inLog})
 		return true, nil
 	})
 	if err != nil {
@@ -715,6 +719,9 @@ func (s *Snapshot) AttemptView(id string) (AttemptView, bool, error) {
 	if err != nil {
 		return v, false, err
 	}
+	if err := s.tokensFromLog(turns); err != nil {
+		return v, false, err
+	}
 	for _, st := range turns {
 		t := st.turn
 		tv := TurnView{Turn: t.Turn, Fact: st.fact, PromptTokens: t.PromptTokens, CompletionTokens: t.CompletionTokens,
@@ -726,6 +733,9 @@ func (s *Snapshot) AttemptView(id string) (AttemptView, bool, error) {
 		}
 		if tv.Tools == nil {
 			tv.Tools = []events.ToolCalled{}
+		}
+		if st.gone {
+			tv.TokensGone = fmt.Sprintf("the facts log no longer holds this turn's record (partition %d offset %d), which kept its token arrays", st.fact.Partition, st.fact.Offset)
 		}
 		tv.Segments, tv.Lineage = lineage(a, g, t, grad)
 		tv.Judged = a.judgedTurn(t.Turn) != nil
@@ -754,6 +764,71 @@ func (s *Snapshot) AttemptView(id string) (AttemptView, bool, error) {
 		v.Vocabulary = voc.decode(v.TurnList)
 	}
 	return v, true, nil
+}
+
+// FactLog reads facts' records back from the facts log by position: the
+// token arrays the projector's explorer records leave there
+// (docs/design.md §12.4). Records returns each record's value in the
+// order asked, nil where the log no longer holds it.
+type FactLog interface {
+	Records(ctx context.Context, at []projections.FactPosition) ([][]byte, error)
+}
+
+// WithLog makes the snapshot read token arrays from log under ctx.
+func (s *Snapshot) WithLog(ctx context.Context, log FactLog) *Snapshot {
+	s.ctx, s.log = ctx, log
+	return s
+}
+
+// errLogUnread is a view that needs the facts log and cannot read it.
+func errLogUnread(pos projections.FactPosition, err error) error {
+	msg := fmt.Sprintf("the token arrays of the turn at facts partition %d offset %d are kept in the facts log, which could not be read", pos.Partition, pos.Offset)
+	if err != nil {
+		msg += ": " + err.Error()
+	}
+	return &httpError{http.StatusServiceUnavailable, "facts_log_unavailable", msg}
+}
+
+// tokensFromLog fills in the token arrays of the turns whose records left
+// them in the facts log, reading each record back and checking it is the
+// turn's. A turn whose record the log no longer holds keeps none, and says
+// so.
+func (s *Snapshot) tokensFromLog(turns []storedTurn) error {
+	var at []projections.FactPosition
+	var idx []int
+	for i, st := range turns {
+		if st.inLog {
+			at, idx = append(at, st.fact), append(idx, i)
+		}
+	}
+	if len(at) == 0 {
+		return nil
+	}
+	if s.log == nil {
+		return errLogUnread(at[0], nil)
+	}
+	ctx := s.ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	values, err := s.log.Records(ctx, at)
+	if err != nil {
+		return errLogUnread(at[0], err)
+	}
+	for j, v := range values {
+		st := &turns[idx[j]]
+		if v == nil {
+			st.gone = true
+			continue
+		}
+		ev, err := events.Decode(v)
+		d, ok := ev.Data.(*events.TurnGenerated)
+		if err != nil || !ok || ev.ID != st.id {
+			return fmt.Errorf("explore: the facts log at %d/%d does not hold turn %d's record %s", st.fact.Partition, st.fact.Offset, st.turn.Turn, st.id)
+		}
+		st.turn.TokenIDs, st.turn.Logprobs, st.turn.ObservationTokenIDs = d.TokenIDs, d.Logprobs, d.ObservationTokenIDs
+	}
+	return nil
 }
 
 func orEmpty(s []int32) []int32 {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rolloutledger/rolloutledger/events"
 	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
+	"github.com/rolloutledger/rolloutledger/projections"
 )
 
 // follower keeps one run's model current with the topics: each refresh
@@ -113,4 +114,33 @@ func partitionEnd(ctx context.Context, kc kafkalog.Config, topic, run string) (i
 	}
 	p := kafkalog.PartitionOf([]byte(run), len(ends))
 	return p, ends[p], nil
+}
+
+// kafkaLog reads facts back from the facts topic by position, a few
+// fetches for all the turns of a view (kafkalog.Fetcher).
+type kafkaLog struct {
+	f     *kafkalog.Fetcher
+	topic string
+}
+
+func (k *kafkaLog) Records(ctx context.Context, at []projections.FactPosition) ([][]byte, error) {
+	byPart := map[int32][]int{}
+	for i, p := range at {
+		byPart[p.Partition] = append(byPart[p.Partition], i)
+	}
+	out := make([][]byte, len(at))
+	for part, idx := range byPart {
+		offsets := make([]int64, len(idx))
+		for j, i := range idx {
+			offsets[j] = at[i].Offset
+		}
+		values, err := k.f.ValuesAt(ctx, kafkalog.TopicPartition{Topic: k.topic, Partition: int(part)}, offsets)
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range idx {
+			out[i] = values[j]
+		}
+	}
+	return out, nil
 }

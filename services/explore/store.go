@@ -314,13 +314,76 @@ func rawRec(pos projections.FactPosition, value []byte) []byte {
 	return append(b, value...)
 }
 
+// turnInLog is the first byte, after its position, of a stored turn
+// whose token arrays were left in the facts log (a [Writer] with
+// TokensInLog: the projector's records, docs/design.md §12.4); what
+// follows is a strippedTurn's JSON. A turn kept whole has its record as
+// read there, a JSON object, which never starts with this byte.
+const turnInLog = 0x01
+
+// strippedTurn is a turn.generated without its token arrays, which its
+// record in the facts log holds; ID names that record's event, to check
+// the record read back is the turn's.
+type strippedTurn struct {
+	ID string               `json:"id"`
+	T  events.TurnGenerated `json:"t"`
+}
+
+// hasTokens says the turn carries token arrays.
+func hasTokens(d *events.TurnGenerated) bool {
+	return len(d.TokenIDs) > 0 || len(d.Logprobs) > 0 || len(d.ObservationTokenIDs) > 0
+}
+
+// strippedRec is the stored form of a turn whose token arrays stay in the
+// facts log.
+func strippedRec(pos projections.FactPosition, id string, d *events.TurnGenerated) ([]byte, error) {
+	t := *d
+	t.TokenIDs, t.Logprobs, t.ObservationTokenIDs = nil, nil, nil
+	v, err := json.Marshal(strippedTurn{ID: id, T: t})
+	if err != nil {
+		return nil, err
+	}
+	return rawRec(pos, append([]byte{turnInLog}, v...)), nil
+}
+
+// readTurn decodes a stored turn; id is its event's id, and inLog says
+// its token arrays are in the facts log at pos, not here.
+func readTurn(v []byte) (pos projections.FactPosition, d *events.TurnGenerated, id string, inLog bool, err error) {
+	if len(v) > 20 && v[20] == turnInLog {
+		pos, _, _ = readPos(v)
+		var st strippedTurn
+		if err := json.Unmarshal(v[21:], &st); err != nil {
+			return pos, nil, "", false, fmt.Errorf("explore: stored turn at %d/%d: %w", pos.Partition, pos.Offset, err)
+		}
+		return pos, &st.T, st.ID, true, nil
+	}
+	pos, ev, err := readRaw(v)
+	if err != nil {
+		return pos, nil, "", false, err
+	}
+	d, ok := ev.Data.(*events.TurnGenerated)
+	if !ok {
+		return pos, nil, "", false, fmt.Errorf("explore: stored turn at %d/%d is a %s", pos.Partition, pos.Offset, ev.Type)
+	}
+	return pos, d, ev.ID, false, nil
+}
+
+// readPos is the position rawRec wrote at the front of v.
+func readPos(v []byte) (projections.FactPosition, []byte, error) {
+	if len(v) < 20 {
+		return projections.FactPosition{}, nil, fmt.Errorf("explore: stored fact of %d bytes", len(v))
+	}
+	return projections.FactPosition{Partition: int32(binary.BigEndian.Uint32(v)), Offset: int64(binary.BigEndian.Uint64(v[4:])),
+		Seq: binary.BigEndian.Uint64(v[12:])}, v[20:], nil
+}
+
 // readRaw decodes what rawRec wrote.
 func readRaw(v []byte) (projections.FactPosition, events.Event, error) {
-	if len(v) < 20 {
-		return projections.FactPosition{}, events.Event{}, fmt.Errorf("explore: stored fact of %d bytes", len(v))
+	pos, value, err := readPos(v)
+	if err != nil {
+		return pos, events.Event{}, err
 	}
-	pos := projections.FactPosition{Partition: int32(binary.BigEndian.Uint32(v)), Offset: int64(binary.BigEndian.Uint64(v[4:])), Seq: binary.BigEndian.Uint64(v[12:])}
-	ev, err := events.Decode(v[20:])
+	ev, err := events.Decode(value)
 	if err != nil {
 		return pos, ev, fmt.Errorf("explore: stored fact at %d/%d: %w", pos.Partition, pos.Offset, err)
 	}

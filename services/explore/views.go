@@ -208,19 +208,22 @@ type AttemptView struct {
 
 // TurnView is one turn with its tokens, tools and lineage.
 type TurnView struct {
-	Turn             int                       `json:"turn"`
-	Fact             projections.FactPosition  `json:"fact"`
-	PromptTokens     int64                     `json:"prompt_tokens"`
-	CompletionTokens int64                     `json:"completion_tokens"`
-	CachedTokens     int64                     `json:"cached_tokens"`
-	ObservationIDs   []int32                   `json:"observation_token_ids"`
-	TokenIDs         []int32                   `json:"token_ids"`
-	Logprobs         []float32                 `json:"logprobs"`
-	Text             string                    `json:"text,omitempty"`
-	TextCut          int64                     `json:"text_cut,omitempty"`
-	Finish           string                    `json:"finish"`
-	LatencyMS        int64                     `json:"latency_ms"`
-	Segments         []projections.TurnSegment `json:"segments"`
+	Turn             int                      `json:"turn"`
+	Fact             projections.FactPosition `json:"fact"`
+	PromptTokens     int64                    `json:"prompt_tokens"`
+	CompletionTokens int64                    `json:"completion_tokens"`
+	CachedTokens     int64                    `json:"cached_tokens"`
+	ObservationIDs   []int32                  `json:"observation_token_ids"`
+	TokenIDs         []int32                  `json:"token_ids"`
+	Logprobs         []float32                `json:"logprobs"`
+	// TokensGone says why a turn that had token arrays shows none: the
+	// facts log, their one home, no longer holds its record.
+	TokensGone string                    `json:"tokens_gone,omitempty"`
+	Text       string                    `json:"text,omitempty"`
+	TextCut    int64                     `json:"text_cut,omitempty"`
+	Finish     string                    `json:"finish"`
+	LatencyMS  int64                     `json:"latency_ms"`
+	Segments   []projections.TurnSegment `json:"segments"`
 	// Judged says a batch judged the segments: their staleness and
 	// trained are the batch's; otherwise they are unknown yet.
 	Judged     bool                     `json:"judged"`

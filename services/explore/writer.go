@@ -34,6 +34,11 @@ type Writer struct {
 	// PartialIfNew marks a run with no summary yet as partial: the
 	// projector sets it when the run's fold state predates the records.
 	PartialIfNew bool
+	// TokensInLog leaves turns' token arrays in the facts log, where
+	// views read them back by position: the projector sets it, so that
+	// the arrays have one home (docs/design.md §12.4). A [Model], which
+	// may have no log to read, keeps them.
+	TokensInLog bool
 
 	sum      *sumRec
 	sumDirty bool
@@ -229,7 +234,12 @@ func (w *Writer) Fact(s projections.Store, r projections.Record, repeat bool, ar
 		if i == len(a.Gen)-1 {
 			a.Finish = d.Finish
 		}
-		v, err := raw()
+		var v []byte
+		if w.TokensInLog && hasTokens(d) {
+			v, err = strippedRec(pos, ev.ID, d)
+		} else {
+			v, err = raw()
+		}
 		if err != nil {
 			return err
 		}

@@ -1,6 +1,7 @@
 package projector
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
 	"github.com/rolloutledger/rolloutledger/events"
 	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
+	"github.com/rolloutledger/rolloutledger/internal/testenv"
 	"github.com/rolloutledger/rolloutledger/services/explore"
 )
 
@@ -30,7 +32,9 @@ import (
 // (the first view, cold) and then five times more (the median, warm).
 // EXPLORE_BENCH_DIR keeps the folded state for another run of the bench;
 // EXPLORE_BENCH_TOKENS=1 gives the turns inline token ids, log-probs and
-// text, as a real run's carry them.
+// text, as a real run's carry them; the facts are then also appended to
+// the real Kafka broker ($KAFKA_BROKERS), whose facts log the attempt's
+// view reads its token arrays back from, as the service's does.
 //
 //	EXPLORE_BENCH_FACTS=1000000 go test ./services/projector/ -run '^$' -bench ExplorerFirstViews -benchtime 1x -timeout 0
 func BenchmarkExplorerFirstViews(b *testing.B) {
@@ -49,9 +53,23 @@ func BenchmarkExplorerFirstViews(b *testing.B) {
 		dir += "-tokens"
 	}
 	log := slog.New(slog.DiscardHandler)
+	var kc kafkalog.Config
+	if tokens {
+		kc = testenv.RealKafka(b)
+		kc.Partitions = 1
+		// A kept state names the topics its facts went to.
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if v, err := os.ReadFile(filepath.Join(dir, "topic-prefix")); err == nil {
+			kc.TopicPrefix = string(v)
+		} else if err := os.WriteFile(filepath.Join(dir, "topic-prefix"), []byte(kc.TopicPrefix), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
 	if _, err := os.Stat(filepath.Join(dir, "folded")); err != nil {
 		start := time.Now()
-		n, err := foldSimulated(dir, run, facts, tokens)
+		n, err := foldSimulated(dir, run, facts, tokens, kc)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -76,7 +94,7 @@ func BenchmarkExplorerFirstViews(b *testing.B) {
 		}
 		b.Logf("state on disk %d MiB, of which the explorer's records %d MiB", all>>20, records>>20)
 		b.ReportMetric(float64(records>>20), "explorer-MiB")
-		s := &explore.Service{Runs: p, Records: p.ExplorerRecords}
+		s := &explore.Service{Kafka: kc, Runs: p, Records: p.ExplorerRecords}
 		mux := http.NewServeMux()
 		s.Register(mux)
 		get := func(path string) ([]byte, time.Duration) {
@@ -143,8 +161,10 @@ func BenchmarkExplorerFirstViews(b *testing.B) {
 
 // foldSimulated folds a simulated run of about facts facts (with inline
 // tokens and text when tokens) into a new projector state in dir, in
-// windows of 2,000 records, and returns how many it folded.
-func foldSimulated(dir, run string, facts int, tokens bool) (int, error) {
+// windows of 2,000 records, and returns how many it folded. With kc's
+// brokers, each window is first appended to kc's facts topic and folded
+// at the positions Kafka gave it.
+func foldSimulated(dir, run string, facts int, tokens bool, kc kafkalog.Config) (int, error) {
 	log := slog.New(slog.DiscardHandler)
 	db, err := pebble.Open(dir, pebbleOptions(log, dir))
 	if err != nil {
@@ -158,10 +178,31 @@ func foldSimulated(dir, run string, facts int, tokens bool) (int, error) {
 	}
 	rf := newRunFolds()
 	var window []kafkalog.Message
+	var w *kafkalog.Writer
+	if len(kc.Brokers) > 0 {
+		if _, err := kafkalog.EnsureTopics(context.Background(), kc); err != nil {
+			return 0, err
+		}
+		w = kafkalog.NewWriter(kc, kc.FactsTopic(), kafkalog.WriterOptions{})
+		defer w.Close()
+	}
 	n := 0
 	flush := func() error {
 		if len(window) == 0 {
 			return nil
+		}
+		if w != nil {
+			recs := make([]kafkalog.Record, len(window))
+			for i, m := range window {
+				recs[i] = kafkalog.Record{Key: m.Key, Value: m.Value}
+			}
+			pos, err := w.Append(context.Background(), recs)
+			if err != nil {
+				return err
+			}
+			for i := range window {
+				window[i].Partition, window[i].Offset = int(pos[i].Partition), pos[i].Offset
+			}
 		}
 		batch := db.NewBatch()
 		defer batch.Close()

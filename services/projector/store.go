@@ -93,7 +93,7 @@ func (rf *runFolds) explorer(w *window, stores map[string]*foldstore.PrefixStore
 			return nil, nil, err
 		}
 		xw = explore.NewWriter(run)
-		xw.PartialIfNew = folded
+		xw.PartialIfNew, xw.TokensInLog = folded, true
 		rf.explore[run] = xw
 	}
 	xs := stores[run]
