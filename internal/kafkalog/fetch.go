@@ -27,7 +27,7 @@ type Fetcher struct {
 // holds the offset asked and what follows it, so that offsets close
 // together are answered by one fetch. The broker returns a first batch
 // larger than this whole.
-const fetchAtBytes = 1 << 20
+const fetchAtBytes = 64 << 10
 
 // fetchesInFlight bounds the fetches one call of [Fetcher.ValuesAt] has
 // outstanding.
