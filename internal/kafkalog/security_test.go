@@ -15,8 +15,8 @@ import (
 )
 
 // roundTrip uses every kind of client the ledger has against c: the admin
-// client (topic bootstrap), the writer, offset queries and a reader. It
-// returns the first error.
+// client (topic bootstrap), the writer, offset queries, a reader and a
+// fetcher of records by offset. It returns the first error.
 func roundTrip(ctx context.Context, c kafkalog.Config) error {
 	if _, err := kafkalog.EnsureTopics(ctx, c); err != nil {
 		return err
@@ -37,6 +37,15 @@ func roundTrip(ctx context.Context, c kafkalog.Config) error {
 	}
 	if want := []string{`{"n":1}`, `{"n":2}`}; fmt.Sprint(got) != fmt.Sprint(want) {
 		return fmt.Errorf("read back %q, want %q", got, want)
+	}
+	f := kafkalog.NewFetcher(c)
+	defer f.Close()
+	at, err := f.ValuesAt(ctx, kafkalog.TopicPartition{Topic: c.FactsTopic(), Partition: int(pos[0].Partition)}, []int64{pos[1].Offset})
+	if err != nil {
+		return err
+	}
+	if string(at[0]) != `{"n":2}` {
+		return fmt.Errorf("fetched %q at offset %d, want %q", at[0], pos[1].Offset, `{"n":2}`)
 	}
 	return nil
 }
