@@ -265,7 +265,9 @@ func (s *Snapshot) scanSteps(after uint64, fn func(*stepRec) bool) error {
 // shownSteps are the step records the run view shows, in batch order:
 // every one when there are at most most (or most is 0); else the newest
 // most/2 and the rest of most from the older ones, the first of them and
-// then evenly spaced, each a point read.
+// then evenly spaced. It is one scan of the steps' keys, which decodes the
+// records it shows: on a large state, hundreds of point reads each find
+// their own blocks, where the scan reads the range's once, in order.
 func (s *Snapshot) shownSteps(most int) ([]*stepRec, error) {
 	var out []*stepRec
 	last := s.sum.MaxBatch
@@ -276,16 +278,26 @@ func (s *Snapshot) shownSteps(most int) ([]*stepRec, error) {
 	recent := uint64(most / 2)
 	older := last - recent // steps 1..older are sampled
 	picks := uint64(most) - recent
-	for i := range picks {
-		st, err := s.step(1 + i*older/picks)
-		if err != nil {
-			return nil, err
+	next := uint64(0) // the next pick, an index below picks
+	pick := func(i uint64) uint64 { return 1 + i*older/picks }
+	err := s.r.Scan([]byte{kStep}, nil, func(k, val []byte) (bool, error) {
+		seq := binary.BigEndian.Uint64(k[1:])
+		for next < picks && pick(next) < seq {
+			next++ // a pick with no record
 		}
-		if st != nil {
-			out = append(out, st)
+		if seq <= older && (next == picks || pick(next) != seq) {
+			return true, nil
 		}
-	}
-	err := s.scanSteps(older, func(st *stepRec) bool { out = append(out, st); return true })
+		if seq <= older {
+			next++
+		}
+		st := new(stepRec)
+		if err := json.Unmarshal(val, st); err != nil {
+			return false, fmt.Errorf("explore: step of %s: %w", s.run, err)
+		}
+		out = append(out, st)
+		return true, nil
+	})
 	return out, err
 }
 
@@ -316,15 +328,57 @@ func (s *Snapshot) stepRows(steps []*stepRec) ([]Step, error) {
 	for i, j := range order {
 		funnel[j] = fs[i]
 	}
+	grads, err := s.gradients(steps)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]Step, 0, len(steps))
 	for i, st := range steps {
-		g, err := s.gradient(st.Audit.Step)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, stepOf(st, funnel[i], g))
+		out = append(out, stepOf(st, funnel[i], grads[i]))
 	}
 	return out, nil
+}
+
+// gradients are the first gradient.applied of each of steps (in batch
+// order), nil where none came: a point read each for a few steps, else one
+// scan of the gradients' keys from the first step's to the last's.
+func (s *Snapshot) gradients(steps []*stepRec) ([]*gradRec, error) {
+	out := make([]*gradRec, len(steps))
+	if len(steps) <= 16 {
+		for i, st := range steps {
+			g, err := s.gradient(st.Audit.Step)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = g
+		}
+		return out, nil
+	}
+	i := 0
+	var from []byte
+	if first := int64(steps[0].Audit.Step); first > 1 {
+		from = key(kGradient, i64(first-1))
+	}
+	err := s.r.Scan([]byte{kGradient}, from, func(k, val []byte) (bool, error) {
+		batch := binary.BigEndian.Uint64(k[1:]) ^ 1<<63
+		for i < len(steps) && steps[i].Audit.Step < batch {
+			i++
+		}
+		if i == len(steps) {
+			return false, nil
+		}
+		if steps[i].Audit.Step != batch {
+			return true, nil
+		}
+		g := new(gradRec)
+		if err := json.Unmarshal(val, g); err != nil {
+			return false, fmt.Errorf("explore: gradient of %s: %w", s.run, err)
+		}
+		out[i] = g
+		i++
+		return true, nil
+	})
+	return out, err
 }
 
 // Steps is a page of the run's steps in batch order: at most limit (every

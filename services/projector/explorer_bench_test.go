@@ -31,6 +31,8 @@ import (
 // database is closed and opened again, and each view is asked for once
 // (the first view, cold) and then five times more (the median, warm).
 // EXPLORE_BENCH_DIR keeps the folded state for another run of the bench;
+// EXPLORE_BENCH_STEPS=N makes the run N steps of two short groups each
+// instead (more steps than the run view shows, in few facts);
 // EXPLORE_BENCH_TOKENS=1 gives the turns inline token ids, log-probs and
 // text, as a real run's carry them; the facts are then also appended to
 // the real Kafka broker ($KAFKA_BROKERS), whose facts log the attempt's
@@ -48,7 +50,14 @@ func BenchmarkExplorerFirstViews(b *testing.B) {
 		dir = b.TempDir()
 	}
 	tokens := os.Getenv("EXPLORE_BENCH_TOKENS") == "1"
+	shape := simulate.Options{Seed: 42, Tasks: 200, Steps: max(1, 64*facts/3_000_000), BatchGroups: 64, MaxTurns: 200, Tokens: tokens, Text: tokens}
 	dir = filepath.Join(dir, fmt.Sprintf("facts-%d", facts))
+	if steps, err := strconv.Atoi(os.Getenv("EXPLORE_BENCH_STEPS")); err == nil && steps > 0 {
+		// A run longer in steps than the run view shows, in few facts:
+		// batches of two short groups.
+		shape.Steps, shape.BatchGroups, shape.MaxTurns = steps, 2, 10
+		dir = filepath.Join(filepath.Dir(dir), fmt.Sprintf("steps-%d", steps))
+	}
 	if tokens {
 		dir += "-tokens"
 	}
@@ -69,7 +78,7 @@ func BenchmarkExplorerFirstViews(b *testing.B) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "folded")); err != nil {
 		start := time.Now()
-		n, err := foldSimulated(dir, run, facts, tokens, kc)
+		n, err := foldSimulated(dir, run, shape, kc)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -159,12 +168,12 @@ func BenchmarkExplorerFirstViews(b *testing.B) {
 	}
 }
 
-// foldSimulated folds a simulated run of about facts facts (with inline
-// tokens and text when tokens) into a new projector state in dir, in
-// windows of 2,000 records, and returns how many it folded. With kc's
+// foldSimulated folds the simulated run of shape into a new projector
+// state in dir, in windows of 2,000 records, and returns how many it
+// folded. With kc's
 // brokers, each window is first appended to kc's facts topic and folded
 // at the positions Kafka gave it.
-func foldSimulated(dir, run string, facts int, tokens bool, kc kafkalog.Config) (int, error) {
+func foldSimulated(dir, run string, shape simulate.Options, kc kafkalog.Config) (int, error) {
 	log := slog.New(slog.DiscardHandler)
 	db, err := pebble.Open(dir, pebbleOptions(log, dir))
 	if err != nil {
@@ -172,7 +181,7 @@ func foldSimulated(dir, run string, facts int, tokens bool, kc kafkalog.Config) 
 	}
 	defer db.Close()
 	p := &Projector{o: Options{Kafka: kafkalog.Config{}}, db: db, log: log}
-	src, err := simulate.NewSource(simulate.Options{Seed: 42, Tasks: 200, Steps: max(1, 64*facts/3_000_000), BatchGroups: 64, MaxTurns: 200, Tokens: tokens, Text: tokens}, run)
+	src, err := simulate.NewSource(shape, run)
 	if err != nil {
 		return 0, err
 	}
