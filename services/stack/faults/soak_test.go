@@ -2,12 +2,16 @@ package faults_test
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -51,14 +55,21 @@ type soakSample struct {
 	fetched, fetches int64
 	fetchTime        time.Duration
 	warnings, errs   int64
+	// viewTook is how long the explorer took to show the newest attempt
+	// of the newest run (its turns' token arrays read back from the facts
+	// log); viewed is false when there was none yet.
+	viewTook time.Duration
+	viewed   bool
 }
 
 // A sustained load of several simulated runs at once, each with a live
 // trainer, through ingest, the projector and the Postgres sink in one
 // process against the shared Kafka and Postgres. Every few seconds it
 // samples how far the projector and the sink are behind the log, the
-// process's RSS and Go heap, and the warnings and errors logged. It fails
-// when a push fails, an error is logged, or the services do not catch up
+// process's RSS and Go heap, the warnings and errors logged, and how long
+// the explorer takes to show the newest attempt (its token arrays read
+// back from the facts log). It fails when a push fails, an error is
+// logged, an explorer view fails, or the services do not catch up
 // within two minutes of the load stopping; the summary gives the figures.
 func TestSoak(t *testing.T) {
 	if *soakFor <= 0 {
@@ -80,8 +91,9 @@ func TestSoak(t *testing.T) {
 	conn := connect(t, url)
 
 	var acked, fetched, fetches, fetchNanos atomic.Int64
-	var pushErrs []error
+	var pushErrs, viewErrs []error
 	var mu sync.Mutex
+	var newest string // the run started last
 	// What each run had acknowledged and trained, to find in the ledger
 	// at the end.
 	type runLoad struct {
@@ -116,6 +128,7 @@ func TestSoak(t *testing.T) {
 				}
 				mu.Lock()
 				loads[o.Run] = rl
+				newest = o.Run
 				mu.Unlock()
 				res, err := simulate.Run(load, o)
 				mu.Lock()
@@ -155,6 +168,15 @@ func TestSoak(t *testing.T) {
 		}
 		if smp.sinkLag, err = pgsink.Behind(sctx, conn, schema, ends); err != nil {
 			t.Logf("sink lag: %v", err)
+		}
+		mu.Lock()
+		run := newest
+		mu.Unlock()
+		if run != "" {
+			smp.viewTook, smp.viewed, err = viewNewestAttempt(sctx, s.URL(), run)
+			if err != nil {
+				viewErrs = append(viewErrs, err)
+			}
 		}
 		return smp
 	}
@@ -254,6 +276,19 @@ loop:
 	if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "turns"}.Sanitize()).Scan(&facts); err != nil {
 		t.Fatal(err)
 	}
+	var views []float64
+	for _, smp := range samples {
+		if smp.viewed {
+			views = append(views, float64(smp.viewTook.Microseconds())/1000)
+		}
+	}
+	slices.Sort(views)
+	viewQ := func(q float64) float64 {
+		if len(views) == 0 {
+			return 0
+		}
+		return views[min(len(views)-1, int(q*float64(len(views))))]
+	}
 	fmt.Printf(`
 soak summary
   load:        %v, %d runs in %d lanes, offered %.0f facts/s, tokens %v
@@ -269,6 +304,7 @@ soak summary
   go heap:     last %.1f MiB
   log:         %d warnings, %d errors; %d failed pushes
   postgres:    %d turn rows stored
+  explorer:    %d views of the newest attempt, p50 %.1f ms, p99 %.1f ms, max %.1f ms; %d failed
 `, loadTime.Round(time.Second), runs, *soakRuns, *soakRate, *soakTokens, last.acked, float64(last.acked)/loadTime.Seconds(),
 		slices.Max(projLags), median(projLags), last.projLag,
 		slices.Max(sinkLags), median(sinkLags), last.sinkLag, catchUp.Round(time.Millisecond),
@@ -276,7 +312,8 @@ soak summary
 		meanOf(first, kafkaOf), meanOf(lastFifth, kafkaOf), meanOf(first, pgOf), meanOf(lastFifth, pgOf),
 		last.fetches, float64(last.fetched)/1e6, fetchFirst, fetchLast,
 		folded, want, folded-want, len(loads), procstatus.MiB(last.heapUsed),
-		counter.warnings.Load(), counter.errors.Load(), len(pushErrs), facts)
+		counter.warnings.Load(), counter.errors.Load(), len(pushErrs), facts,
+		len(views), viewQ(0.5), viewQ(0.99), viewQ(1), len(viewErrs))
 	for _, w := range counter.lastMessages() {
 		fmt.Println("  logged:", w)
 	}
@@ -286,6 +323,64 @@ soak summary
 	if n := counter.errors.Load(); n > 0 {
 		t.Errorf("%d errors logged", n)
 	}
+	if len(viewErrs) > 0 {
+		t.Errorf("%d explorer views failed, the first: %v", len(viewErrs), viewErrs[0])
+	}
+}
+
+// viewNewestAttempt asks the explorer, as a user would during the load,
+// for the newest attempt of run, and returns how long its view took; ok
+// is false when the run has no attempt yet.
+func viewNewestAttempt(ctx context.Context, base, run string) (took time.Duration, ok bool, err error) {
+	get := func(path string, v any) (int, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+		if err != nil {
+			return 0, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return resp.StatusCode, err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return resp.StatusCode, fmt.Errorf("GET %s: %d %.300s", path, resp.StatusCode, body)
+		}
+		return resp.StatusCode, json.Unmarshal(body, v)
+	}
+	list := "/v1/runs/" + run + "/explore/attempts?limit=1"
+	var page struct {
+		Attempts []struct {
+			Attempt string `json:"attempt"`
+		} `json:"attempts"`
+		Total uint64 `json:"total"`
+	}
+	code, err := get(list, &page)
+	if code == http.StatusNotFound {
+		return 0, false, nil // the projector has not folded the run's first fact yet
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	if page.Total > 1 {
+		if _, err := get(list+"&cursor="+strconv.FormatUint(page.Total-1, 10), &page); err != nil {
+			return 0, false, err
+		}
+	}
+	if len(page.Attempts) == 0 {
+		return 0, false, nil
+	}
+	var view struct {
+		Turns []json.RawMessage `json:"turn_list"`
+	}
+	start := time.Now()
+	if _, err := get("/v1/runs/"+run+"/explore/attempts/"+page.Attempts[0].Attempt, &view); err != nil {
+		return 0, false, err
+	}
+	return time.Since(start), true, nil
 }
 
 // fetchMBps is the trainers' fetch rate between two samples: megabytes
