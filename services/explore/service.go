@@ -100,7 +100,7 @@ type Service struct {
 
 // factLog is the facts log the records' token arrays are read back from.
 func (s *Service) factLog() FactLog {
-	s.logOnce.Do(func() { s.log = &kafkaLog{f: kafkalog.NewFetcher(s.Kafka), topic: s.Kafka.FactsTopic()} })
+	s.logOnce.Do(func() { s.log = newKafkaLog(kafkalog.NewFetcher(s.Kafka), s.Kafka.FactsTopic(), logCacheBytes) })
 	return s.log
 }
 

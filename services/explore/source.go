@@ -2,6 +2,7 @@ package explore
 
 import (
 	"bytes"
+	"container/list"
 	"context"
 	"fmt"
 	"sync"
@@ -117,30 +118,85 @@ func partitionEnd(ctx context.Context, kc kafkalog.Config, topic, run string) (i
 }
 
 // kafkaLog reads facts back from the facts topic by position, a few
-// fetches for all the turns of a view (kafkalog.Fetcher).
+// fetches for all the turns of a view (kafkalog.Fetcher), and keeps the
+// records it read in a cache of at most logCacheBytes, the least recently
+// used dropped first: facts never change, and an attempt's page asks for
+// its view again every two seconds while it is open.
 type kafkaLog struct {
-	f     *kafkalog.Fetcher
+	fetch func(ctx context.Context, tp kafkalog.TopicPartition, offsets []int64) ([][]byte, error)
 	topic string
+	max   int
+
+	mu    sync.Mutex
+	bytes int
+	lru   *list.List // of *logEntry, most recently used first
+	at    map[projections.FactPosition]*list.Element
+}
+
+type logEntry struct {
+	pos   projections.FactPosition
+	value []byte
+}
+
+// logCacheBytes bounds the records a service keeps read back from the
+// facts log: some hundreds of attempts' turns with their token arrays.
+const logCacheBytes = 64 << 20
+
+func newKafkaLog(f *kafkalog.Fetcher, topic string, max int) *kafkaLog {
+	return &kafkaLog{fetch: f.ValuesAt, topic: topic, max: max, lru: list.New(), at: map[projections.FactPosition]*list.Element{}}
 }
 
 func (k *kafkaLog) Records(ctx context.Context, at []projections.FactPosition) ([][]byte, error) {
+	out := make([][]byte, len(at))
 	byPart := map[int32][]int{}
+	k.mu.Lock()
 	for i, p := range at {
+		p.Seq = 0 // a record is its partition and offset
+		if e, ok := k.at[p]; ok {
+			k.lru.MoveToFront(e)
+			out[i] = e.Value.(*logEntry).value
+			continue
+		}
 		byPart[p.Partition] = append(byPart[p.Partition], i)
 	}
-	out := make([][]byte, len(at))
+	k.mu.Unlock()
 	for part, idx := range byPart {
 		offsets := make([]int64, len(idx))
 		for j, i := range idx {
 			offsets[j] = at[i].Offset
 		}
-		values, err := k.f.ValuesAt(ctx, kafkalog.TopicPartition{Topic: k.topic, Partition: int(part)}, offsets)
+		values, err := k.fetch(ctx, kafkalog.TopicPartition{Topic: k.topic, Partition: int(part)}, offsets)
 		if err != nil {
 			return nil, err
 		}
 		for j, i := range idx {
 			out[i] = values[j]
+			if values[j] != nil {
+				k.keep(projections.FactPosition{Partition: part, Offset: offsets[j]}, values[j])
+			}
 		}
 	}
 	return out, nil
+}
+
+// keep caches value as the record at p, dropping the least recently used
+// past the cache's bound.
+func (k *kafkaLog) keep(p projections.FactPosition, value []byte) {
+	if len(value) > k.max {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if _, ok := k.at[p]; ok {
+		return
+	}
+	k.at[p] = k.lru.PushFront(&logEntry{pos: p, value: value})
+	k.bytes += len(value)
+	for k.bytes > k.max {
+		e := k.lru.Back()
+		le := e.Value.(*logEntry)
+		k.lru.Remove(e)
+		delete(k.at, le.pos)
+		k.bytes -= len(le.value)
+	}
 }
