@@ -218,7 +218,7 @@ func (s *Snapshot) runView(now time.Time, most int) (RunView, error) {
 	v.StepsSampled = len(v.Steps) < sum.Sealed
 	if sum.DropsKept {
 		maps.Copy(v.Drops, sum.Drops)
-	} else if err := s.scanSteps(0, func(st *stepRec) bool { addDrops(v.Drops, st); return true }); err != nil {
+	} else if err := s.scanSteps(0, nil, func(st *stepRec) bool { addDrops(v.Drops, st); return true }); err != nil {
 		// Records made before the summary kept the drops count them here.
 		return v, err
 	}
@@ -247,13 +247,17 @@ func addDrops(drops map[string]int, st *stepRec) {
 }
 
 // scanSteps calls fn with each step record after step after (every one
-// when after is 0), in batch order, until fn returns false.
-func (s *Snapshot) scanSteps(after uint64, fn func(*stepRec) bool) error {
+// when after is 0) that want takes (every one when want is nil), in batch
+// order, until fn returns false. A step want passes over is not decoded.
+func (s *Snapshot) scanSteps(after uint64, want func(seq uint64) bool, fn func(*stepRec) bool) error {
 	var from []byte
 	if after > 0 {
 		from = key(kStep, u64(after))
 	}
-	return s.r.Scan([]byte{kStep}, from, func(_, val []byte) (bool, error) {
+	return s.r.Scan([]byte{kStep}, from, func(k, val []byte) (bool, error) {
+		if want != nil && !want(binary.BigEndian.Uint64(k[1:])) {
+			return true, nil
+		}
 		st := new(stepRec)
 		if err := json.Unmarshal(val, st); err != nil {
 			return false, fmt.Errorf("explore: step of %s: %w", s.run, err)
@@ -272,7 +276,7 @@ func (s *Snapshot) shownSteps(most int) ([]*stepRec, error) {
 	var out []*stepRec
 	last := s.sum.MaxBatch
 	if most <= 0 || last <= uint64(most) {
-		err := s.scanSteps(0, func(st *stepRec) bool { out = append(out, st); return true })
+		err := s.scanSteps(0, nil, func(st *stepRec) bool { out = append(out, st); return true })
 		return out, err
 	}
 	recent := uint64(most / 2)
@@ -280,24 +284,20 @@ func (s *Snapshot) shownSteps(most int) ([]*stepRec, error) {
 	picks := uint64(most) - recent
 	next := uint64(0) // the next pick, an index below picks
 	pick := func(i uint64) uint64 { return 1 + i*older/picks }
-	err := s.r.Scan([]byte{kStep}, nil, func(k, val []byte) (bool, error) {
-		seq := binary.BigEndian.Uint64(k[1:])
+	sampled := func(seq uint64) bool {
+		if seq > older {
+			return true
+		}
 		for next < picks && pick(next) < seq {
 			next++ // a pick with no record
 		}
-		if seq <= older && (next == picks || pick(next) != seq) {
-			return true, nil
+		if next == picks || pick(next) != seq {
+			return false
 		}
-		if seq <= older {
-			next++
-		}
-		st := new(stepRec)
-		if err := json.Unmarshal(val, st); err != nil {
-			return false, fmt.Errorf("explore: step of %s: %w", s.run, err)
-		}
-		out = append(out, st)
-		return true, nil
-	})
+		next++
+		return true
+	}
+	err := s.scanSteps(0, sampled, func(st *stepRec) bool { out = append(out, st); return true })
 	return out, err
 }
 
@@ -340,18 +340,11 @@ func (s *Snapshot) stepRows(steps []*stepRec) ([]Step, error) {
 }
 
 // gradients are the first gradient.applied of each of steps (in batch
-// order), nil where none came: a point read each for a few steps, else one
-// scan of the gradients' keys from the first step's to the last's.
+// order), nil where none came: one scan of the gradients' keys from the
+// first step's to the last's.
 func (s *Snapshot) gradients(steps []*stepRec) ([]*gradRec, error) {
 	out := make([]*gradRec, len(steps))
-	if len(steps) <= 16 {
-		for i, st := range steps {
-			g, err := s.gradient(st.Audit.Step)
-			if err != nil {
-				return nil, err
-			}
-			out[i] = g
-		}
+	if len(steps) == 0 {
 		return out, nil
 	}
 	i := 0
@@ -387,7 +380,7 @@ func (s *Snapshot) Steps(cursor string, limit int) (StepPage, error) {
 	after, _ := strconv.ParseUint(cursor, 10, 64)
 	var steps []*stepRec
 	next := ""
-	err := s.scanSteps(after, func(st *stepRec) bool {
+	err := s.scanSteps(after, nil, func(st *stepRec) bool {
 		if limit > 0 && len(steps) == limit {
 			next = strconv.FormatUint(steps[len(steps)-1].Audit.Step, 10)
 			return false
@@ -861,11 +854,7 @@ func (s *Snapshot) tokensFromLog(turns []storedTurn) error {
 	if s.log == nil {
 		return errLogUnread(at[0], nil)
 	}
-	ctx := s.ctx
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	values, err := s.log.Records(ctx, at)
+	values, err := s.log.Records(s.ctx, at)
 	if err != nil {
 		return errLogUnread(at[0], err)
 	}
