@@ -81,7 +81,7 @@ const window = 8
 // fold keeps with every recorded head as the pass reaches its size, and,
 // for a source with a leaf index, the facts' leaves with the index's.
 type historyCheck struct {
-	heads   []RecordedHead
+	heads   []RecordedHead // in order of size
 	next    int
 	match   []bool
 	roots   []string // recomputed root at each head's size
@@ -90,6 +90,7 @@ type historyCheck struct {
 	leaves    *leafStream
 	indexTree *projections.Tree
 	indexOK   []bool // whether the index tree reproduces each head
+	indexNext int    // the first head the index tree has not reached
 	// diffAt is the first position (1-based) where index and facts part;
 	// from it on, up to window leaves of each side are kept.
 	diffAt     uint64
@@ -143,14 +144,16 @@ func (h *historyCheck) fact(f Fact, fold *projections.Fold, store projections.St
 }
 
 // indexLeaf adds the index's next leaf to its tree and checks the heads
-// of that size against it.
+// of that size against it. The heads are in order of size, so a cursor
+// finds them: a leaf costs the same at the run's end as at its start.
 func (h *historyCheck) indexLeaf(a []byte) {
 	h.indexTree.Append(a)
 	n := h.indexTree.Size()
-	for i, hd := range h.heads {
-		if hd.Size == n {
-			h.indexOK[i] = hex.EncodeToString(h.indexTree.Root()) == hd.Root
-		}
+	for h.indexNext < len(h.heads) && h.heads[h.indexNext].Size < n {
+		h.indexNext++
+	}
+	for ; h.indexNext < len(h.heads) && h.heads[h.indexNext].Size == n; h.indexNext++ {
+		h.indexOK[h.indexNext] = hex.EncodeToString(h.indexTree.Root()) == h.heads[h.indexNext].Root
 	}
 }
 
