@@ -5,8 +5,11 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
 	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
@@ -25,6 +28,9 @@ import (
 // $KAFKA_BROKERS (facts and the decisions the fold concluded) once.
 //
 //	go test ./replay -run '^$' -bench . -benchtime 1x -timeout 60m
+//
+// REPLAY_BENCH_CPUPROFILE=F writes a CPU profile of the verifications
+// alone to F (go test's -cpuprofile also covers making the runs).
 
 type benchRun struct {
 	name  string
@@ -159,7 +165,12 @@ func benchVerify(b *testing.B, open func(b *testing.B, r *benchRun) Source) {
 		b.Run(name, func(b *testing.B) {
 			r := benchRunsFor(b)[name]
 			src := open(b, r)
+			if f := os.Getenv("REPLAY_BENCH_CPUPROFILE"); f != "" {
+				stop := startProfile(b, f+"."+name)
+				defer stop()
+			}
 			n := 0
+			cpu0 := cpuTime(b)
 			for b.Loop() {
 				rep, err := Verify(context.Background(), src, VerifyOptions{})
 				if err != nil {
@@ -171,9 +182,38 @@ func benchVerify(b *testing.B, open func(b *testing.B, r *benchRun) Source) {
 				n++
 			}
 			reportRate(b, int64(len(r.src.facts)), r.bytes, n)
+			// CPU time a fact, over every core: what bounds the rate on
+			// a machine whose cores are shared, and steadier than it.
+			b.ReportMetric(float64((cpuTime(b)-cpu0).Microseconds())/float64(n*len(r.src.facts)), "cpu-µs/fact")
 			// The fold's state at the end: key and value bytes held.
 			b.ReportMetric(float64(r.src.stateBytes)/float64(len(r.src.facts)), "state-B/fact")
 		})
+	}
+}
+
+// cpuTime is the CPU time the process has used, user and system.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// startProfile starts a CPU profile to path and returns what stops it.
+func startProfile(b *testing.B, path string) func() {
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			b.Error(err)
+		}
 	}
 }
 
