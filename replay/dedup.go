@@ -3,8 +3,9 @@ package replay
 import (
 	"bufio"
 	"bytes"
+	"cmp"
+	"encoding/binary"
 	"fmt"
-	"io"
 	"math/bits"
 	"os"
 	"path/filepath"
@@ -26,22 +27,27 @@ import (
 //
 // So a pass keeps them apart: new entries gather in a map; a full map is
 // sorted and written as a run, a file of 48-byte entries (16-byte id,
-// 32-byte digest) in id order, and runs of about equal size are merged, as
-// a binary counter carries, so a run of n facts has at most log2(n /
-// dedupMemEntries) runs and each entry is rewritten that many times,
-// sequentially. A lookup the filter lets through reads the map, then one
-// page of each run, found by the first id of every page kept in memory.
-// Memory is the map, the filter and those ids: flat but for 16 bytes per
-// 85 facts.
+// 32-byte digest) in id order, once: runs are never merged. A filter of
+// every id written settles nearly every lookup in memory; one that it lets
+// through reads the map, then asks each run's own filter (one cache line
+// each) and reads one page of the few runs that filter lets through, found
+// by the first id of every page kept in memory. Merging runs would bound
+// the runs a lookup asks, but rewrote every entry about log2 of the runs
+// times (at 50 M facts, some 7 times 2.4 GB), for lookups the filter lets
+// through a time in a hundred. Memory is the map, the filters and the page
+// ids: flat but for 10 bits a fact and 16 bytes per 85.
 
 const (
 	dedupEntry      = 16 + 32
 	dedupPage       = 85 // entries a page: 4,080 bytes
-	dedupMemEntries = 1 << 18
+	dedupMemEntries = 1 << 19
 	// dedupFilterBytes is the filter of the ids written: at 50 M facts,
-	// ~11 bits an id and 1% false positives, each one a page read per run.
+	// ~11 bits an id and 1% false positives.
 	dedupFilterBytes = 64 << 20
 	dedupHashes      = 7
+	// dedupRunBits is the bits per entry of a run's own filter: ~1% false
+	// positives, each a page read.
+	dedupRunBits = 10
 )
 
 type dedupID = [16]byte
@@ -51,15 +57,15 @@ type dedupIndex struct {
 	dir   string
 	limit int // entries held in memory [dedupMemEntries]
 	// mem holds the entries not in a run yet, slots an open-addressing
-	// table of their positions in mem, plus one (0 is free).
-	mem   []dedupMem
-	slots []uint32
-	runs  []*dedupRun // oldest (largest) first
-	// filter is a blocked Bloom filter: every id sets dedupHashes bits of
-	// one 64-byte block, so a probe reads one cache line.
-	filter []uint64
-	blocks uint64
-	next   int // name of the next run file
+	// table of their positions in mem, plus one (0 is free), in its low
+	// 32 bits and the high 32 bits of their hash in its high ones: a probe
+	// reads mem only when those match.
+	mem    []dedupMem
+	slots  []uint64
+	order  []dedupOrder // a spill's sort
+	runs   []*dedupRun  // oldest first
+	filter bloom        // every id written
+	next   int          // name of the next run file
 	page   [dedupPage * dedupEntry]byte
 	value  dedupSum // the value a Get lends
 }
@@ -69,22 +75,35 @@ type dedupMem struct {
 	sum dedupSum
 }
 
-// dedupRun is a sorted file of entries, with the first id of every page.
+// dedupRun is a sorted file of entries, with the first id of every page
+// and a filter of its ids.
 type dedupRun struct {
-	f     *os.File
-	n     int
-	fence []dedupID
+	f      *os.File
+	n      int
+	fence  []dedupID
+	filter bloom
 }
 
 func newDedupIndex(dir string) *dedupIndex {
-	return &dedupIndex{dir: dir, limit: dedupMemEntries, filter: make([]uint64, dedupFilterBytes/8), blocks: dedupFilterBytes / 64}
+	return &dedupIndex{dir: dir, limit: dedupMemEntries, filter: newBloom(dedupFilterBytes)}
 }
 
-// probe calls fn with the filter word and bit of each of id's bits until
-// fn returns false, and returns id's hash.
-func (d *dedupIndex) probe(id *dedupID, fn func(w *uint64, bit uint64) bool) uint64 {
-	h := xxhash.Sum64(id[:])
-	block := d.filter[(h%d.blocks)*8:][:8]
+// bloom is a blocked Bloom filter: every id sets dedupHashes bits of one
+// 64-byte block, so a probe reads one cache line.
+type bloom struct {
+	words  []uint64
+	blocks uint64
+}
+
+func newBloom(bytes int) bloom {
+	blocks := max(1, bytes/64)
+	return bloom{words: make([]uint64, blocks*8), blocks: uint64(blocks)}
+}
+
+// probe calls fn with the word and bit of each of h's bits until fn
+// returns false.
+func (b *bloom) probe(h uint64, fn func(w *uint64, bit uint64) bool) {
+	block := b.words[(h%b.blocks)*8:][:8]
 	// The bits come from a second mix of the hash, independent of the
 	// bits that chose the block.
 	h2 := (h ^ h>>33) * 0xff51afd7ed558ccd
@@ -93,23 +112,46 @@ func (d *dedupIndex) probe(id *dedupID, fn func(w *uint64, bit uint64) bool) uin
 	for range dedupHashes {
 		bit := h2 & 511
 		if !fn(&block[bit>>6], 1<<(bit&63)) {
-			break
+			return
 		}
 		h2 = h2>>9 | h2<<55
 	}
-	return h
 }
+
+// has says whether h may have been added.
+func (b *bloom) has(h uint64) bool {
+	in := true
+	b.probe(h, func(w *uint64, bit uint64) bool {
+		in = *w&bit != 0
+		return in
+	})
+	return in
+}
+
+// add adds h and says whether it may have been added before.
+func (b *bloom) add(h uint64) (seen bool) {
+	seen = true
+	b.probe(h, func(w *uint64, bit uint64) bool {
+		seen = seen && *w&bit != 0
+		*w |= bit
+		return true
+	})
+	return seen
+}
+
+func dedupHash(id *dedupID) uint64 { return xxhash.Sum64(id[:]) }
 
 // lookup finds id among the entries in memory: the slot it is in, or the
 // free slot it would take.
 func (d *dedupIndex) lookup(id *dedupID, h uint64) (slot int, found bool) {
 	mask := len(d.slots) - 1
+	tag := h &^ (1<<32 - 1)
 	for i := int(h) & mask; ; i = (i + 1) & mask {
 		e := d.slots[i]
 		if e == 0 {
 			return i, false
 		}
-		if d.mem[e-1].id == *id {
+		if e&^(1<<32-1) == tag && d.mem[uint32(e)-1].id == *id {
 			return i, true
 		}
 	}
@@ -117,27 +159,27 @@ func (d *dedupIndex) lookup(id *dedupID, h uint64) (slot int, found bool) {
 
 // get returns the digest stored under id; it is lent until the next get.
 func (d *dedupIndex) get(id dedupID) ([]byte, bool, error) {
-	in := true
-	h := d.probe(&id, func(w *uint64, bit uint64) bool {
-		in = *w&bit != 0
-		return in
-	})
-	if !in {
+	h := dedupHash(&id)
+	if !d.filter.has(h) {
 		return nil, false, nil
 	}
 	return d.find(id, h)
 }
 
-// find looks id up in memory and in the runs.
+// find looks id up in memory and in the runs whose filters let it through.
 func (d *dedupIndex) find(id dedupID, h uint64) ([]byte, bool, error) {
 	if len(d.slots) > 0 {
 		if i, ok := d.lookup(&id, h); ok {
-			d.value = d.mem[d.slots[i]-1].sum
+			d.value = d.mem[uint32(d.slots[i])-1].sum
 			return d.value[:], true, nil
 		}
 	}
 	for i := len(d.runs) - 1; i >= 0; i-- {
-		ok, err := d.runs[i].find(id, &d.page, &d.value)
+		r := d.runs[i]
+		if !r.filter.has(h) {
+			continue
+		}
+		ok, err := r.find(id, &d.page, &d.value)
 		if err != nil || ok {
 			return d.value[:], ok, err
 		}
@@ -148,13 +190,8 @@ func (d *dedupIndex) find(id dedupID, h uint64) ([]byte, bool, error) {
 // set stores the digest of an id not stored yet: the fold writes an id's
 // entry once, after looking it up.
 func (d *dedupIndex) set(id dedupID, sum dedupSum) error {
-	seen := true
-	h := d.probe(&id, func(w *uint64, bit uint64) bool {
-		seen = seen && *w&bit != 0
-		*w |= bit
-		return true
-	})
-	if seen {
+	h := dedupHash(&id)
+	if d.filter.add(h) {
 		if _, ok, err := d.find(id, h); err != nil || ok {
 			if err == nil {
 				err = fmt.Errorf("replay: dedup index: event %x written twice", id)
@@ -163,28 +200,54 @@ func (d *dedupIndex) set(id dedupID, sum dedupSum) error {
 		}
 	}
 	if d.slots == nil {
-		d.slots = make([]uint32, 1<<bits.Len(uint(2*d.limit-1)))
+		d.slots = make([]uint64, 1<<bits.Len(uint(2*d.limit-1)))
 		d.mem = make([]dedupMem, 0, d.limit)
 	}
 	i, _ := d.lookup(&id, h)
 	d.mem = append(d.mem, dedupMem{id: id, sum: sum})
-	d.slots[i] = uint32(len(d.mem))
+	d.slots[i] = h&^(1<<32-1) | uint64(len(d.mem))
 	if len(d.mem) < d.limit {
 		return nil
 	}
 	return d.spill()
 }
 
-// spill writes the entries in memory as a run and merges runs of about
-// equal size.
+// compareIDs orders ids as bytes.Compare does, a word at a time.
+func compareIDs(a, b *dedupID) int {
+	if c := cmp.Compare(binary.BigEndian.Uint64(a[:8]), binary.BigEndian.Uint64(b[:8])); c != 0 {
+		return c
+	}
+	return cmp.Compare(binary.BigEndian.Uint64(a[8:]), binary.BigEndian.Uint64(b[8:]))
+}
+
+// dedupOrder is an entry in memory as a spill sorts them: its id's first
+// eight bytes, and its position in mem.
+type dedupOrder struct {
+	hi uint64
+	i  uint32
+}
+
+// spill writes the entries in memory as a run. It sorts their ids' first
+// words and positions, a third of the entries' bytes, and settles the
+// rare equal words by the ids' second.
 func (d *dedupIndex) spill() error {
-	slices.SortFunc(d.mem, func(a, b dedupMem) int { return bytes.Compare(a.id[:], b.id[:]) })
-	r, w, err := d.create()
+	d.order = d.order[:0]
+	for i := range d.mem {
+		d.order = append(d.order, dedupOrder{hi: binary.BigEndian.Uint64(d.mem[i].id[:8]), i: uint32(i)})
+	}
+	slices.SortFunc(d.order, func(a, b dedupOrder) int {
+		if c := cmp.Compare(a.hi, b.hi); c != 0 {
+			return c
+		}
+		return compareIDs(&d.mem[a.i].id, &d.mem[b.i].id)
+	})
+	r, w, err := d.create(len(d.mem))
 	if err != nil {
 		return err
 	}
-	for i := range d.mem {
-		if err := w.add(d.mem[i].id, d.mem[i].sum[:]); err != nil {
+	for _, o := range d.order {
+		e := &d.mem[o.i]
+		if err := w.add(&e.id, e.sum[:]); err != nil {
 			return err
 		}
 	}
@@ -194,68 +257,7 @@ func (d *dedupIndex) spill() error {
 	d.mem = d.mem[:0]
 	clear(d.slots)
 	d.runs = append(d.runs, r)
-	for n := len(d.runs); n >= 2 && d.runs[n-2].n <= 2*d.runs[n-1].n; n = len(d.runs) {
-		m, err := d.merge(d.runs[n-2], d.runs[n-1])
-		if err != nil {
-			return err
-		}
-		d.runs = append(d.runs[:n-2], m)
-	}
 	return nil
-}
-
-// merge writes the entries of a and b as one run and removes them.
-func (d *dedupIndex) merge(a, b *dedupRun) (*dedupRun, error) {
-	r, w, err := d.create()
-	if err != nil {
-		return nil, err
-	}
-	ra := bufio.NewReaderSize(io.NewSectionReader(a.f, 0, int64(a.n)*dedupEntry), 1<<20)
-	rb := bufio.NewReaderSize(io.NewSectionReader(b.f, 0, int64(b.n)*dedupEntry), 1<<20)
-	var ea, eb [dedupEntry]byte
-	na, nb := a.n, b.n
-	read := func(r *bufio.Reader, e *[dedupEntry]byte, left *int) (bool, error) {
-		if *left == 0 {
-			return false, nil
-		}
-		*left--
-		_, err := io.ReadFull(r, e[:])
-		return err == nil, err
-	}
-	okA, err := read(ra, &ea, &na)
-	if err != nil {
-		return nil, err
-	}
-	okB, err := read(rb, &eb, &nb)
-	if err != nil {
-		return nil, err
-	}
-	for okA || okB {
-		if okA && (!okB || bytes.Compare(ea[:16], eb[:16]) <= 0) {
-			if err := w.add(dedupID(ea[:16]), ea[16:]); err != nil {
-				return nil, err
-			}
-			if okA, err = read(ra, &ea, &na); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		if err := w.add(dedupID(eb[:16]), eb[16:]); err != nil {
-			return nil, err
-		}
-		if okB, err = read(rb, &eb, &nb); err != nil {
-			return nil, err
-		}
-	}
-	if err := w.finish(); err != nil {
-		return nil, err
-	}
-	for _, old := range []*dedupRun{a, b} {
-		if err := old.close(); err != nil {
-			return nil, err
-		}
-	}
-	return r, nil
 }
 
 // runWriter writes a run's entries in order.
@@ -264,9 +266,9 @@ type runWriter struct {
 	w *bufio.Writer
 }
 
-// create makes an empty run file, removed from the directory at once: it
-// lives while it is open.
-func (d *dedupIndex) create() (*dedupRun, *runWriter, error) {
+// create makes an empty run file for n entries, removed from the
+// directory at once: it lives while it is open.
+func (d *dedupIndex) create(n int) (*dedupRun, *runWriter, error) {
 	path := filepath.Join(d.dir, fmt.Sprintf("dedup-%06d", d.next))
 	d.next++
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
@@ -277,15 +279,16 @@ func (d *dedupIndex) create() (*dedupRun, *runWriter, error) {
 		f.Close()
 		return nil, nil, fmt.Errorf("replay: dedup index: %w", err)
 	}
-	r := &dedupRun{f: f}
+	r := &dedupRun{f: f, filter: newBloom(n * dedupRunBits / 8)}
 	return r, &runWriter{r: r, w: bufio.NewWriterSize(f, 1<<20)}, nil
 }
 
-func (w *runWriter) add(id dedupID, sum []byte) error {
+func (w *runWriter) add(id *dedupID, sum []byte) error {
 	if w.r.n%dedupPage == 0 {
-		w.r.fence = append(w.r.fence, id)
+		w.r.fence = append(w.r.fence, *id)
 	}
 	w.r.n++
+	w.r.filter.add(dedupHash(id))
 	if _, err := w.w.Write(id[:]); err != nil {
 		return fmt.Errorf("replay: dedup index: %w", err)
 	}
@@ -305,7 +308,7 @@ func (w *runWriter) finish() error {
 // find looks id up in the run, reading one page into page.
 func (r *dedupRun) find(id dedupID, page *[dedupPage * dedupEntry]byte, sum *dedupSum) (bool, error) {
 	// The last page whose first id is at most id.
-	p, found := slices.BinarySearchFunc(r.fence, id, func(f, id dedupID) int { return bytes.Compare(f[:], id[:]) })
+	p, found := slices.BinarySearchFunc(r.fence, id, func(f, id dedupID) int { return compareIDs(&f, &id) })
 	if !found {
 		if p == 0 {
 			return false, nil
