@@ -1,8 +1,10 @@
 package replay
 
 import (
-	"encoding/json"
+	"bytes"
 	"fmt"
+
+	"github.com/segmentio/encoding/json"
 
 	"github.com/rolloutledger/rolloutledger/events"
 	"github.com/rolloutledger/rolloutledger/projections"
@@ -23,6 +25,10 @@ type decisionInfo struct {
 	Config *events.Config
 }
 
+// parseRecorded reads a decision's envelope. A batch's record holds its
+// whole manifest (megabytes at a large batch): it is read once, its data
+// left in place (segmentio's decoder, DontCopyRawMessage), and only a
+// batch's or checkpoint's data is read again, for its seq, head and config.
 func parseRecorded(r Recorded) (decisionInfo, error) {
 	var env struct {
 		ID          string                   `json:"id"`
@@ -31,7 +37,11 @@ func parseRecorded(r Recorded) (decisionInfo, error) {
 		Fact        projections.FactPosition `json:"fact"`
 		Data        json.RawMessage          `json:"data"`
 	}
-	if err := json.Unmarshal(r.Value, &env); err != nil {
+	rest, err := json.Parse(r.Value, &env, json.DontCopyRawMessage)
+	if err == nil && len(bytes.TrimSpace(rest)) > 0 {
+		err = fmt.Errorf("%d bytes after the decision's value", len(rest))
+	}
+	if err != nil {
 		return decisionInfo{}, fmt.Errorf("decision at %d/%d: %w", r.Partition, r.Offset, err)
 	}
 	if env.ID == "" || env.Type == "" {
