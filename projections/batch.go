@@ -479,7 +479,7 @@ func (c *applyCtx) seal() error {
 	if err != nil {
 		return err
 	}
-	return c.emitJSON(KindBatchSealed, k, data, samples)
+	return c.emitJSON(KindBatchSealed, k, data, samples, &m)
 }
 
 // withDigest is the canonical JSON of a manifest whose encoding without

@@ -72,6 +72,15 @@ type Decision struct {
 	// Samples is the canonical binary samples of a batch.sealed (nil
 	// otherwise; samples.go); the digest in Value covers them.
 	Samples []byte
+	// Data is Value's data, a slice of it, and Manifest a batch.sealed's
+	// manifest as Data holds it (nil otherwise): what the fold's readers
+	// in the same process take instead of decoding Value again, megabytes
+	// at a large batch. Neither is recorded; a decision read back from
+	// the log has neither.
+	Data     []byte
+	Manifest *Manifest
+	// Fact is the position of the fact that caused it, as in Value.
+	Fact FactPosition
 }
 
 // Envelope is the record value of a decision. It carries no clock, so a

@@ -49,9 +49,12 @@ func TestEnvelopeJSON(t *testing.T) {
 		}
 		e := Envelope{ID: "id", Run: "run<&>", Type: KindAuditFinding, V: DecisionSchemaVersion, Source: DecisionSource,
 			RuleVersion: RuleVersion, Fact: FactPosition{Seq: 7, Partition: 1, Offset: 12}}
-		got, err := envelopeJSON(e, d)
+		got, at, err := envelopeJSON(e, d)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if !bytes.Equal(got[at:at+len(d)], d) {
+			t.Errorf("the data of %T is not at %d of %s", data, at, got)
 		}
 		e.Data = d
 		want, err := events.CanonicalJSON(e)

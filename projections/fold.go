@@ -471,41 +471,45 @@ func (c *applyCtx) emit(kind events.Type, seq uint64, data any, samples []byte) 
 	if err != nil {
 		return fmt.Errorf("projections: encode %s data: %w", kind, err)
 	}
-	return c.emitJSON(kind, seq, d, samples)
+	return c.emitJSON(kind, seq, d, samples, nil)
 }
 
-// emitJSON is emit for data already in canonical JSON.
-func (c *applyCtx) emitJSON(kind events.Type, seq uint64, data []byte, samples []byte) error {
+// emitJSON is emit for data already in canonical JSON; m is the manifest
+// of a batch.sealed.
+func (c *applyCtx) emitJSON(kind events.Type, seq uint64, data []byte, samples []byte, m *Manifest) error {
 	id := events.DecisionID(c.run, kind, seq)
-	v, err := envelopeJSON(Envelope{
+	v, at, err := envelopeJSON(Envelope{
 		ID: id, Run: c.run, Type: kind, V: DecisionSchemaVersion, Source: DecisionSource,
 		RuleVersion: c.rules, Fact: c.pos,
 	}, data)
 	if err != nil {
 		return fmt.Errorf("projections: encode %s: %w", kind, err)
 	}
-	c.out = append(c.out, Decision{ID: id, Run: c.run, Kind: kind, Seq: seq, Value: v, Samples: samples})
+	c.out = append(c.out, Decision{ID: id, Run: c.run, Kind: kind, Seq: seq, Value: v, Samples: samples,
+		Data: v[at : at+len(data) : at+len(data)], Manifest: m, Fact: c.pos})
 	return nil
 }
 
 // envelopeJSON is the canonical JSON of e with data, canonical JSON, as
-// its Data. Data is the envelope's last field, so data goes in place of a
-// placeholder as it is: encoding/json would check and copy it again, all
-// of a batch's manifest (TestEnvelopeJSON holds the two the same).
-func envelopeJSON(e Envelope, data []byte) ([]byte, error) {
+// its Data, and where data starts in it. Data is the envelope's last
+// field, so data goes in place of a placeholder as it is: encoding/json
+// would check and copy it again, all of a batch's manifest
+// (TestEnvelopeJSON holds the two the same).
+func envelopeJSON(e Envelope, data []byte) ([]byte, int, error) {
 	const tail = `"data":0}`
 	e.Data = json.RawMessage("0")
 	head, err := events.CanonicalJSON(e)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if !bytes.HasSuffix(head, []byte(tail)) {
-		return nil, fmt.Errorf("the envelope's encoding does not end with its data: %.40q", head[max(0, len(head)-40):])
+		return nil, 0, fmt.Errorf("the envelope's encoding does not end with its data: %.40q", head[max(0, len(head)-40):])
 	}
 	out := make([]byte, 0, len(head)+len(data))
 	out = append(out, head[:len(head)-2]...)
+	at := len(out)
 	out = append(out, data...)
-	return append(out, '}'), nil
+	return append(out, '}'), at, nil
 }
 
 func (c *applyCtx) finding(f Finding) error {

@@ -502,12 +502,49 @@ func (w *Writer) vocabulary(s projections.Store, d *events.VocabularyRegistered,
 	return setJSON(s, k, voc)
 }
 
+// putBatch stores a batch's record; data, when not nil, is man as JSON,
+// put in place as its manifest instead of encoding man again.
+func putBatch(s projections.Store, man *projections.Manifest, decision projections.FactPosition, data []byte) error {
+	k := key(kBatch, u64(man.Seq))
+	if data == nil {
+		return setJSON(s, k, batchRec{Manifest: *man, Decision: decision})
+	}
+	d, err := json.Marshal(decision)
+	if err != nil {
+		return err
+	}
+	b := make([]byte, 0, len(data)+len(d)+32)
+	b = append(b, `{"manifest":`...)
+	b = append(b, data...)
+	b = append(b, `,"decision":`...)
+	b = append(b, d...)
+	return s.Set(k, append(b, '}'))
+}
+
 func setJSON(s projections.Store, k []byte, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
 	return s.Set(k, b)
+}
+
+// Decided folds a decision the fold in this process just made: a sealed
+// batch's manifest is taken as the fold has it, decoded and encoded,
+// where [Writer.Decision] would decode the record again (megabytes at a
+// large batch, on the way to the seal's commit).
+func (w *Writer) Decided(s projections.Store, d projections.Decision) error {
+	if d.Kind != projections.KindBatchSealed || d.Manifest == nil || d.Data == nil {
+		return w.Decision(s, d.Seq, d.Value)
+	}
+	if _, err := w.summary(s); err != nil {
+		return err
+	}
+	if d.Run != w.run {
+		return nil
+	}
+	w.sumDirty = true
+	return w.seal(s, d.Manifest, d.Fact, d.Data)
 }
 
 // Decision folds a decision the projector made about the run: kind and
@@ -532,7 +569,7 @@ func (w *Writer) Decision(s projections.Store, seq uint64, value []byte) error {
 		if err := json.Unmarshal(env.Data, &man); err != nil {
 			return fmt.Errorf("explore: batch.sealed %s: %w", env.ID, err)
 		}
-		return w.seal(s, &man, env.Fact)
+		return w.seal(s, &man, env.Fact, nil)
 	case projections.KindTaskAdmitted, projections.KindTaskRejected:
 		var ad projections.Admission
 		if err := json.Unmarshal(env.Data, &ad); err != nil {
@@ -579,11 +616,12 @@ func (w *Writer) Decision(s projections.Store, seq uint64, value []byte) error {
 	return nil
 }
 
-func (w *Writer) seal(s projections.Store, man *projections.Manifest, decision projections.FactPosition) error {
+// seal folds a sealed batch; data, when not nil, is man as JSON.
+func (w *Writer) seal(s projections.Store, man *projections.Manifest, decision projections.FactPosition, data []byte) error {
 	sum := w.sum
 	sum.Sealed++
 	sum.MaxBatch = max(sum.MaxBatch, man.Seq)
-	if err := setJSON(s, key(kBatch, u64(man.Seq)), batchRec{Manifest: *man, Decision: decision}); err != nil {
+	if err := putBatch(s, man, decision, data); err != nil {
 		return err
 	}
 	settle := func(g *grpRec) {

@@ -588,7 +588,7 @@ func (p *Projector) foldPrepared(b *pebble.Batch, rf *runFolds, window []kafkalo
 			return nil, nil, fmt.Errorf("explorer %s at %d/%d: %w", ev.Run, m.Partition, m.Offset, err)
 		}
 		for _, d := range ds {
-			if err := xw.Decision(xs, d.Seq, d.Value); err != nil {
+			if err := xw.Decided(xs, d); err != nil {
 				return nil, nil, fmt.Errorf("explorer %s at %d/%d: %w", ev.Run, m.Partition, m.Offset, err)
 			}
 			if err := b.Set(decisionKey(d.Run, d.Kind, d.Seq), d.Value, nil); err != nil {
@@ -602,9 +602,11 @@ func (p *Projector) foldPrepared(b *pebble.Batch, rf *runFolds, window []kafkalo
 			if d.Kind == projections.KindBatchSealed {
 				// Stored as the API serves it, so that a GET copies bytes
 				// instead of decoding the decision.
-				m, err := manifestData(d.Value)
-				if err != nil {
-					return nil, nil, fmt.Errorf("batch %d of %s: %w", d.Seq, d.Run, err)
+				m := d.Data
+				if m == nil {
+					if m, err = manifestData(d.Value); err != nil {
+						return nil, nil, fmt.Errorf("batch %d of %s: %w", d.Seq, d.Run, err)
+					}
 				}
 				if err := b.Set(manifestKey(d.Run, d.Seq), m, nil); err != nil {
 					return nil, nil, err
