@@ -83,6 +83,48 @@ func cached[T any](s *Snapshot, cache map[string]*T, kind byte, id string) (*T, 
 	return v, err
 }
 
+// prefetch reads the records of ids not cached yet into cache, in key
+// order, once each.
+func prefetch[T any](s *Snapshot, cache map[string]*T, kind byte, ids []string) error {
+	var keys [][]byte
+	var want []string
+	seen := map[string]bool{}
+	for _, id := range ids {
+		if _, ok := cache[id]; ok || seen[id] {
+			continue
+		}
+		seen[id] = true
+		keys, want = append(keys, idKey(kind, id)), append(want, id)
+	}
+	return getMany(s.r, keys, func(i int, v []byte) error {
+		if v == nil {
+			cache[want[i]] = nil
+			return nil
+		}
+		out := new(T)
+		if err := json.Unmarshal(v, out); err != nil {
+			return fmt.Errorf("explore: record %q: %w", keys[i], err)
+		}
+		cache[want[i]] = out
+		return nil
+	})
+}
+
+// prefetchRows reads the records the rows of attempts ids show: the
+// attempts', then their groups'.
+func (s *Snapshot) prefetchRows(ids []string) error {
+	if err := prefetch(s, s.atts, kAttempt, ids); err != nil {
+		return err
+	}
+	groups := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if a := s.atts[id]; a != nil {
+			groups = append(groups, a.S.Group)
+		}
+	}
+	return prefetch(s, s.grps, kGroup, groups)
+}
+
 func (s *Snapshot) attempt(id string) (*attRec, error) { return cached(s, s.atts, kAttempt, id) }
 func (s *Snapshot) group(id string) (*grpRec, error)   { return cached(s, s.grps, kGroup, id) }
 func (s *Snapshot) task(id string) (*taskRec, error)   { return cached(s, s.tasks, kTask, id) }
@@ -500,6 +542,19 @@ func ValidatePage(cursor, limit string) (int, error) {
 // Attempts is a page of the run's attempts in the order started: at most
 // limit (every one when limit is 0) after the cursor a page returned.
 func (s *Snapshot) Attempts(cursor string, limit int) (AttemptPage, error) {
+	// The page's ids first, so that their records are read in key order.
+	var ids []string
+	after, _ := strconv.ParseUint(cursor, 10, 64)
+	err := s.ordered(kAttemptOrd, after, func(_ uint64, id string) (bool, error) {
+		ids = append(ids, id)
+		return limit == 0 || len(ids) < limit, nil
+	})
+	if err == nil {
+		err = s.prefetchRows(ids)
+	}
+	if err != nil {
+		return AttemptPage{}, err
+	}
 	rows, next, err := pageOf(s, kAttemptOrd, cursor, limit, func(id string) (AttemptRow, bool, error) {
 		a, err := s.attempt(id)
 		if err != nil || a == nil || !a.started() {
@@ -546,6 +601,15 @@ func (s *Snapshot) StepView(seq uint64) (StepView, bool, error) {
 	v := StepView{Seq: m.Seq, TrainerVersion: m.TrainerVersion, RuleVersion: m.RuleVersion, Watermark: m.Watermark,
 		Decision: b.Decision, Tree: m.Tree, Digest: m.Digest, Stats: m.Stats, Groups: []StepGroup{},
 		Dropped: append([]projections.DroppedGroup{}, m.Dropped...), Next: next != nil}
+	var ids []string
+	for _, bg := range m.Groups {
+		for _, ba := range bg.Attempts {
+			ids = append(ids, ba.Attempt)
+		}
+	}
+	if err := s.prefetchRows(ids); err != nil {
+		return v, false, err
+	}
 	for _, bg := range m.Groups {
 		sg := StepGroup{Group: bg.Group, Task: bg.Task, Completed: bg.Completed, Attempts: []AttemptRow{}}
 		for _, ba := range bg.Attempts {

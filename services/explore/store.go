@@ -390,6 +390,43 @@ func readRaw(v []byte) (projections.FactPosition, events.Event, error) {
 	return pos, ev, nil
 }
 
+// A sortedGetter reads many keys through one iterator moving forward: a
+// page of a list reads thousands of records, and each point read pays
+// again for the tables' filters and indexes, which at tens of millions
+// of facts no longer stay in the block cache (docs/design.md §15.7).
+type sortedGetter interface {
+	// GetSorted calls fn with each of keys, in increasing order, and its
+	// value, nil when absent, valid only during the call.
+	GetSorted(keys [][]byte, fn func(i int, v []byte) error) error
+}
+
+// getMany calls fn with the value of each of keys (nil when absent), in
+// key order, through r's GetSorted when it has one.
+func getMany(r Reader, keys [][]byte, fn func(i int, v []byte) error) error {
+	order := make([]int, len(keys))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return bytes.Compare(keys[a], keys[b]) })
+	sorted := make([][]byte, len(keys))
+	for j, i := range order {
+		sorted[j] = keys[i]
+	}
+	if sg, ok := r.(sortedGetter); ok {
+		return sg.GetSorted(sorted, func(j int, v []byte) error { return fn(order[j], v) })
+	}
+	for j, k := range sorted {
+		v, _, err := r.Get(k)
+		if err != nil {
+			return err
+		}
+		if err := fn(order[j], v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func getJSON[T any](r Reader, k []byte) (*T, error) {
 	v, ok, err := r.Get(k)
 	if err != nil || !ok {
