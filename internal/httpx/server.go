@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"path"
 	"time"
-
-	"golang.org/x/net/netutil"
 )
 
 // ServerOptions bound what one client may hold of a server: how long it may
@@ -106,7 +104,7 @@ func NewServer(ln net.Listener, h http.Handler, o ServerOptions, log *slog.Logge
 		log = slog.New(slog.DiscardHandler)
 	}
 	if o.MaxConns > 0 {
-		ln = netutil.LimitListener(ln, o.MaxConns)
+		ln = limitListener(ln, o.MaxConns)
 	}
 	return &http.Server{
 		Handler:           clearWriteDeadline(Canonical(h)),
