@@ -101,9 +101,9 @@ func prefetch[T any](s *Snapshot, cache map[string]*T, kind byte, ids []string) 
 			cache[want[i]] = nil
 			return nil
 		}
-		out := new(T)
-		if err := json.Unmarshal(v, out); err != nil {
-			return fmt.Errorf("explore: record %q: %w", keys[i], err)
+		out, err := decodeJSON[T](keys[i], v)
+		if err != nil {
+			return err
 		}
 		cache[want[i]] = out
 		return nil

@@ -432,6 +432,11 @@ func getJSON[T any](r Reader, k []byte) (*T, error) {
 	if err != nil || !ok {
 		return nil, err
 	}
+	return decodeJSON[T](k, v)
+}
+
+// decodeJSON decodes the record v stored under k.
+func decodeJSON[T any](k, v []byte) (*T, error) {
 	out := new(T)
 	if err := json.Unmarshal(v, out); err != nil {
 		return nil, fmt.Errorf("explore: record %q: %w", k, err)

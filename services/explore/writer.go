@@ -502,13 +502,9 @@ func (w *Writer) vocabulary(s projections.Store, d *events.VocabularyRegistered,
 	return setJSON(s, k, voc)
 }
 
-// putBatch stores a batch's record; data, when not nil, is man as JSON,
-// put in place as its manifest instead of encoding man again.
-func putBatch(s projections.Store, man *projections.Manifest, decision projections.FactPosition, data []byte) error {
-	k := key(kBatch, u64(man.Seq))
-	if data == nil {
-		return setJSON(s, k, batchRec{Manifest: *man, Decision: decision})
-	}
+// putBatch stores a batch's record (a batchRec) of its manifest as JSON,
+// data, put in place instead of encoding the manifest again.
+func putBatch(s projections.Store, seq uint64, decision projections.FactPosition, data []byte) error {
 	d, err := json.Marshal(decision)
 	if err != nil {
 		return err
@@ -518,7 +514,7 @@ func putBatch(s projections.Store, man *projections.Manifest, decision projectio
 	b = append(b, data...)
 	b = append(b, `,"decision":`...)
 	b = append(b, d...)
-	return s.Set(k, append(b, '}'))
+	return s.Set(key(kBatch, u64(seq)), append(b, '}'))
 }
 
 func setJSON(s projections.Store, k []byte, v any) error {
@@ -569,7 +565,7 @@ func (w *Writer) Decision(s projections.Store, seq uint64, value []byte) error {
 		if err := json.Unmarshal(env.Data, &man); err != nil {
 			return fmt.Errorf("explore: batch.sealed %s: %w", env.ID, err)
 		}
-		return w.seal(s, &man, env.Fact, nil)
+		return w.seal(s, &man, env.Fact, env.Data)
 	case projections.KindTaskAdmitted, projections.KindTaskRejected:
 		var ad projections.Admission
 		if err := json.Unmarshal(env.Data, &ad); err != nil {
@@ -616,12 +612,12 @@ func (w *Writer) Decision(s projections.Store, seq uint64, value []byte) error {
 	return nil
 }
 
-// seal folds a sealed batch; data, when not nil, is man as JSON.
+// seal folds a sealed batch: man, and data, man as JSON.
 func (w *Writer) seal(s projections.Store, man *projections.Manifest, decision projections.FactPosition, data []byte) error {
 	sum := w.sum
 	sum.Sealed++
 	sum.MaxBatch = max(sum.MaxBatch, man.Seq)
-	if err := putBatch(s, man, decision, data); err != nil {
+	if err := putBatch(s, man.Seq, decision, data); err != nil {
 		return err
 	}
 	settle := func(g *grpRec) {
