@@ -30,6 +30,13 @@ import rolloutledger as rl
 COLUMNS = ("token_ids", "loss_mask", "rollout_logprobs", "policy_versions", "offsets")
 
 
+def columns(samples) -> tuple[str, ...]:
+    """The arrays samples carry: COLUMNS, and temperatures when the batch
+    has them (rule version 4 on), so that np.load reads the same arrays as
+    the fetch does."""
+    return COLUMNS + (("temperatures",) if getattr(samples, "temperatures", None) is not None else ())
+
+
 def make_run(ledger: rl.Ledger, *, groups: int, attempts: int, tokens: int, turn_tokens: int, seed: int = 1) -> str:
     """Posts a run whose batch 1 holds groups × attempts attempts of
     `tokens` completion tokens each; returns its id once batch 1 is sealed."""
@@ -88,24 +95,27 @@ def measure(url: str, run: str, seq: int = 1, repeats: int = 3) -> dict:
         # Whether the Arrow arrays are views of the body as read (one
         # record batch) or joined into new arrays (several).
         views = not getattr(ar, "_copied", True)
-    for name in COLUMNS:
+    cols = columns(ar)
+    if cols != columns(nd):
+        raise AssertionError("the NDJSON and Arrow samples carry different columns")
+    for name in cols:
         if not np.array_equal(getattr(nd, name), getattr(ar, name)):
             raise AssertionError(f"the NDJSON and Arrow samples differ in {name}")
     n = ar.num_tokens
     with tempfile.TemporaryDirectory() as d:
         files = {}
-        for name in COLUMNS:
+        for name in cols:
             files[name] = os.path.join(d, name + ".npy")
             np.save(files[name], np.asarray(getattr(ar, name)))
         npz = os.path.join(d, "samples.npz")
-        np.savez(npz, **{name: np.asarray(getattr(ar, name)) for name in COLUMNS})
+        np.savez(npz, **{name: np.asarray(getattr(ar, name)) for name in cols})
         npy_bytes = sum(os.path.getsize(f) for f in files.values())
         npz_bytes = os.path.getsize(npz)
         t_npy, _ = _best(lambda: {k: np.load(f) for k, f in files.items()}, repeats)
-        t_npz, _ = _best(lambda: (lambda z: {k: z[k] for k in COLUMNS})(np.load(npz)), repeats)
+        t_npz, _ = _best(lambda: (lambda z: {k: z[k] for k in cols})(np.load(npz)), repeats)
     rate = lambda s: n / s if s > 0 else float("inf")  # noqa: E731
     return {
-        "run": run, "seq": seq, "samples": len(ar), "tokens": n, "repeats": repeats,
+        "run": run, "seq": seq, "samples": len(ar), "tokens": n, "repeats": repeats, "columns": list(cols),
         "ndjson": {"seconds": t_nd, "tokens_per_s": rate(t_nd), "bytes": sizes["ndjson"], "bytes_per_token": sizes["ndjson"] / max(n, 1)},
         "arrow": {"seconds": t_ar, "tokens_per_s": rate(t_ar), "bytes": sizes["arrow"], "bytes_per_token": sizes["arrow"] / max(n, 1),
                   "views": views},
