@@ -69,6 +69,18 @@ func (s *Service) samples(w http.ResponseWriter, r *http.Request) {
 	if media == "application/json" {
 		media = MediaNDJSON
 	}
+	// ?compression=lz4 asks for the Arrow body with its repeated columns
+	// compressed (docs/design.md §15.3); NDJSON has no such form.
+	comp, err := projector.ParseCompression(r.URL.Query().Get("compression"))
+	if err != nil {
+		httpx.WriteError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	if comp != projector.Uncompressed && media != MediaArrow {
+		httpx.WriteError(w, http.StatusBadRequest, "bad_request",
+			fmt.Sprintf("compression=%s is for Arrow samples; this request's Accept header chose %s", comp, media))
+		return
+	}
 	key, who := streamClient(r)
 	st, err := s.streams.Open(w, key, who)
 	if err != nil {
@@ -87,7 +99,7 @@ func (s *Service) samples(w http.ResponseWriter, r *http.Request) {
 	}
 	var started bool
 	if media == MediaArrow {
-		started, err = s.sendArrow(w, r, st, run, seq, reserve)
+		started, err = s.sendArrow(w, r, st, run, seq, comp, reserve)
 	} else {
 		started, err = s.sendNDJSON(w, st, run, seq, reserve)
 	}

@@ -13,12 +13,13 @@ import (
 	"github.com/rolloutledger/rolloutledger/services/projector"
 )
 
-// sendArrow answers a batch's samples as Arrow IPC (docs/design.md §15.3):
-// the body the projector stored at seal, sent from its file with a
-// Content-Length, ranges and an ETag (the digest's); or, for a batch
-// without one, the same bytes rendered from the stored chunks, column
-// after column, with the same Content-Length and ETag.
-func (s *Service) sendArrow(w http.ResponseWriter, r *http.Request, st *httpx.Stream, run string, seq uint64, reserve reserveFunc) (started bool, err error) {
+// sendArrow answers a batch's samples as Arrow IPC (docs/design.md §15.3),
+// compressed as comp says: the body the projector stored at seal, sent
+// from its file with a Content-Length, ranges and an ETag (the digest's
+// and the compression's); or, for a batch without one, the same bytes
+// rendered from the stored chunks, column after column, with the same
+// Content-Length and ETag.
+func (s *Service) sendArrow(w http.ResponseWriter, r *http.Request, st *httpx.Stream, run string, seq uint64, comp projector.Compression, reserve reserveFunc) (started bool, err error) {
 	manifest, found, err := s.Projector.Manifest(run, seq)
 	if err != nil || !found {
 		return false, errors.Join(err, notFound(found))
@@ -27,8 +28,8 @@ func (s *Service) sendArrow(w http.ResponseWriter, r *http.Request, st *httpx.St
 	if err != nil {
 		return false, err
 	}
-	tag := arrowETag(digest)
-	f, stored, err := s.Projector.ArrowBody(run, seq, digest)
+	tag := arrowETag(digest, comp)
+	f, stored, err := s.Projector.ArrowBody(run, seq, digest, comp)
 	if err != nil {
 		return false, err
 	}
@@ -65,7 +66,7 @@ func (s *Service) sendArrow(w http.ResponseWriter, r *http.Request, st *httpx.St
 	if err := reserve(0, 0); err != nil {
 		return false, err
 	}
-	body, err := projector.PlanArrowBody(meta, src)
+	body, err := projector.PlanCompressedArrowBody(meta, src, comp)
 	if errors.Is(err, errNoChunks) {
 		// A batch of rule version 1 kept only its NDJSON: the same
 		// samples, read back, charged twice (the NDJSON and the form).
@@ -81,7 +82,7 @@ func (s *Service) sendArrow(w http.ResponseWriter, r *http.Request, st *httpx.St
 			return false, err
 		}
 		src = func(fn func([]byte) error) error { return fn(canonical) }
-		body, err = projector.PlanArrowBody(meta, src)
+		body, err = projector.PlanCompressedArrowBody(meta, src, comp)
 	}
 	if err != nil {
 		return false, err
@@ -121,12 +122,14 @@ func notFound(found bool) error {
 	return errNotSealed
 }
 
-// arrowETag names the Arrow body of the batch with this digest: the
-// digest determines the manifest and the samples, and so every byte of
-// the body. The suffix names the body's layout (one record batch a 2^26
-// tokens), which a change of it would change.
-func arrowETag(digest string) string {
-	return `"` + strings.TrimPrefix(digest, "sha256:") + `.arrow1"`
+// arrowETag names the Arrow body of the batch with this digest,
+// compressed as c says: the digest determines the manifest and the
+// samples, and so, with the compression, every byte of the body. The
+// suffix names the body's layout (one record batch a 2^26 tokens), which
+// a change of it would change, and the compression (".lz4": the LZ4
+// frames' options are fixed in projector.ArrowBody).
+func arrowETag(digest string, c projector.Compression) string {
+	return `"` + strings.TrimPrefix(digest, "sha256:") + ".arrow1" + c.Suffix() + `"`
 }
 
 // noneMatch says whether the request's If-None-Match names tag (or is *).

@@ -14,6 +14,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/endian"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	flatbuffers "github.com/google/flatbuffers/go"
+	"github.com/pierrec/lz4/v4"
 
 	"github.com/rolloutledger/rolloutledger/projections"
 )
@@ -28,6 +29,57 @@ import (
 // render a batch of any size with bounded memory and announce its length
 // first. The projector writes the same bytes once at seal (bodyfile.go);
 // the API serves that file, or renders them here for a batch without one.
+//
+// A body may also be asked for compressed ([LZ4]): the same stream with
+// Arrow's buffer compression, which packs the columns a run repeats
+// (loss masks, policy versions, temperatures: runs as long as a turn or a
+// weight version) and leaves the rest as they are, so that a trainer
+// moves about 8 bytes a token instead of 21 and still maps token ids and
+// log-probs without a copy.
+
+// Compression is the buffer compression of a body (docs/design.md §15.3).
+type Compression uint8
+
+const (
+	// Uncompressed leaves every buffer as it is: what any Arrow reader
+	// maps without a copy, and the default.
+	Uncompressed Compression = iota
+	// LZ4 is the IPC format's buffer compression with the LZ4 frame codec
+	// (BodyCompression LZ4_FRAME, method BUFFER). Only the value buffers
+	// of loss_mask, policy_versions and temperatures are compressed, each
+	// when that saves at least an eighth of it; every other buffer is
+	// stored as it is (an uncompressed length of -1, which the format
+	// allows), so token ids and log-probs stay views of the body.
+	LZ4
+)
+
+// ParseCompression reads a compression's name: "none" (or empty) or "lz4".
+func ParseCompression(name string) (Compression, error) {
+	switch name {
+	case "", "none":
+		return Uncompressed, nil
+	case "lz4":
+		return LZ4, nil
+	}
+	return 0, fmt.Errorf("compression %q is not one of none, lz4", name)
+}
+
+// String is the compression's name, as ParseCompression reads it.
+func (c Compression) String() string {
+	if c == LZ4 {
+		return "lz4"
+	}
+	return "none"
+}
+
+// Suffix names the compression in a body's file name and ETag: empty for
+// an uncompressed body, ".lz4" for a compressed one.
+func (c Compression) Suffix() string {
+	if c == LZ4 {
+		return ".lz4"
+	}
+	return ""
+}
 
 // MaxArrowBatchTokens bounds the tokens of one Arrow record batch: a batch
 // of samples with more is written as several record batches, split
@@ -98,6 +150,7 @@ type ArrowBody struct {
 	head    []byte // the schema message
 	batches []arrowBatch
 	temps   bool
+	comp    Compression
 	size    int64
 	held    int64
 }
@@ -107,6 +160,9 @@ type ArrowBody struct {
 type arrowBatch struct {
 	first, samples, tokens, groupBytes, attemptBytes int
 	msg                                              []byte // the record batch message, framed and padded
+	// packed is, for each token column of a compressed body, the length
+	// of its values compressed, or -1 where they are stored as they are.
+	packed [5]int64
 }
 
 // The IPC stream's framing (the Arrow columnar format's "encapsulated
@@ -131,11 +187,20 @@ var errStopPass = errors.New("projector: pass over the samples done")
 // [MaxArrowBatchTokens] tokens, or whose segment is outside int32, is an
 // error, as are malformed samples.
 func PlanArrowBody(meta arrow.Metadata, src SampleSource) (*ArrowBody, error) {
-	return planArrowBody(meta, src, MaxArrowBatchTokens)
+	return planArrowBody(meta, src, MaxArrowBatchTokens, Uncompressed)
 }
 
-func planArrowBody(meta arrow.Metadata, src SampleSource, maxTokens int) (*ArrowBody, error) {
-	b := &ArrowBody{temps: ArrowWithTemperatures(meta)}
+// PlanCompressedArrowBody is PlanArrowBody with the buffers compressed as
+// c says. With [LZ4] it compresses the repeated columns once to learn
+// their length (Render compresses them again, to the same bytes): a pass
+// over the samples per column, holding a compressor's block and nothing
+// of the columns.
+func PlanCompressedArrowBody(meta arrow.Metadata, src SampleSource, c Compression) (*ArrowBody, error) {
+	return planArrowBody(meta, src, MaxArrowBatchTokens, c)
+}
+
+func planArrowBody(meta arrow.Metadata, src SampleSource, maxTokens int, comp Compression) (*ArrowBody, error) {
+	b := &ArrowBody{temps: ArrowWithTemperatures(meta), comp: comp}
 	var head bytes.Buffer
 	iw := ipc.NewWriter(&head, ipc.WithSchema(ArrowSchema(meta)))
 	if err := iw.Close(); err != nil {
@@ -178,16 +243,69 @@ func planArrowBody(meta arrow.Metadata, src SampleSource, maxTokens int) (*Arrow
 	b.size = int64(len(b.head)) + 8
 	for i := range b.batches {
 		rb := &b.batches[i]
-		lens := rb.bufferLengths(b.temps)
+		if err := b.pack(src, rb); err != nil {
+			return nil, err
+		}
+		lens := b.bufferLengths(rb)
 		var body int64
 		for _, l := range lens {
 			body += pad8(l)
 		}
-		rb.msg = recordBatchMessage(rb.samples, rb.tokens, rb.nodes(b.temps), lens, body)
+		rb.msg = recordBatchMessage(rb.samples, rb.tokens, rb.nodes(b.temps), lens, body, b.comp != Uncompressed)
 		b.size += int64(len(rb.msg)) + body
 		b.held = max(b.held, rb.heldBytes())
 	}
+	if b.comp != Uncompressed {
+		b.held += lz4Held
+	}
 	return b, nil
+}
+
+// The LZ4 frames' block size, and what a compressor holds: its block and
+// the block compressed.
+const (
+	lz4Block = lz4.Block256Kb
+	lz4Held  = 2*256<<10 + 64<<10
+)
+
+// compressible says whether token column col is compressed in a
+// compressed body: the mask, the versions and the temperatures.
+func compressible(col int) bool { return col == 1 || col == 3 || col == 4 }
+
+// pack sets rb.packed: for a compressed body, the compressed length of
+// each compressible token column that an eighth or more is saved on, -1
+// for every other column.
+func (b *ArrowBody) pack(src SampleSource, rb *arrowBatch) error {
+	for col, width := range tokenWidths(b.temps) {
+		rb.packed[col] = -1
+		raw := int64(width) * int64(rb.tokens)
+		if b.comp == Uncompressed || !compressible(col) || raw == 0 {
+			continue
+		}
+		n := &countedWriter{w: io.Discard}
+		if err := b.compressColumn(n, src, rb, col); err != nil {
+			return err
+		}
+		if 8+n.n <= raw-raw/8 {
+			rb.packed[col] = n.n
+		}
+	}
+	return nil
+}
+
+// compressColumn writes token column col of the record batch to w as one
+// LZ4 frame. The same samples give the same bytes: the frame's options
+// are fixed, and its blocks are cut by size, not by the writes.
+func (b *ArrowBody) compressColumn(w io.Writer, src SampleSource, rb *arrowBatch, col int) error {
+	zw := lz4.NewWriter(w)
+	if err := zw.Apply(lz4.BlockSizeOption(lz4Block), lz4.BlockChecksumOption(false), lz4.ChecksumOption(false),
+		lz4.CompressionLevelOption(lz4.Fast), lz4.ConcurrencyOption(1)); err != nil {
+		return err
+	}
+	if err := b.column(zw, src, rb, col); err != nil {
+		return err
+	}
+	return zw.Close()
 }
 
 // Size is the length of the stream in bytes.
@@ -204,9 +322,37 @@ func (b *ArrowBody) Samples() int {
 }
 
 // bufferLengths are the lengths of the record batch's buffers in the
-// order of the IPC format (each column's validity bitmap, absent, then
-// its offsets and values; a list's child after its offsets).
-func (rb *arrowBatch) bufferLengths(temps bool) []int64 {
+// order of the IPC format, as the body holds them: in a compressed body
+// every buffer that is not empty starts with its length uncompressed (8
+// bytes, -1 when it is stored as it is).
+func (b *ArrowBody) bufferLengths(rb *arrowBatch) []int64 {
+	lens := rb.rawLengths(b.temps)
+	if b.comp == Uncompressed {
+		return lens
+	}
+	for i, l := range lens {
+		if l > 0 {
+			lens[i] = 8 + l
+		}
+	}
+	for col := range tokenWidths(b.temps) {
+		if i := tokenValues(col); lens[i] > 0 && rb.packed[col] >= 0 {
+			lens[i] = 8 + rb.packed[col]
+		}
+	}
+	return lens
+}
+
+// tokenValues is the index among a record batch's buffers of token column
+// col's values: after the per-sample columns' ten buffers, each token
+// column has four (its validity, its offsets, its child's validity, its
+// values).
+func tokenValues(col int) int { return 10 + 4*col + 3 }
+
+// rawLengths are the lengths of the record batch's buffers uncompressed,
+// in the order of the IPC format (each column's validity bitmap, absent,
+// then its offsets and values; a list's child after its offsets).
+func (rb *arrowBatch) rawLengths(temps bool) []int64 {
 	n, t := int64(rb.samples), int64(rb.tokens)
 	lens := []int64{
 		0, 4 * (n + 1), int64(rb.groupBytes),
@@ -248,10 +394,17 @@ func tokenWidths(temps bool) []int {
 func pad8(n int64) int64 { return (n + 7) &^ 7 }
 
 // recordBatchMessage is the framed Message flatbuffer of a record batch,
-// built in the order arrow-go's IPC writer builds it, so the stream is
-// byte for byte what that writer writes for the same record batch.
-func recordBatchMessage(rows, tokens int, nodes, lens []int64, body int64) []byte {
+// built in the order arrow-go's IPC writer builds it, so an uncompressed
+// stream is byte for byte what that writer writes for the same record
+// batch. compressed adds the BodyCompression table: LZ4_FRAME and BUFFER,
+// both the schema's defaults (so the table is empty).
+func recordBatchMessage(rows, tokens int, nodes, lens []int64, body int64, compressed bool) []byte {
 	b := flatbuffers.NewBuilder(0)
+	var compression flatbuffers.UOffsetT
+	if compressed {
+		b.StartObject(2)
+		compression = b.EndObject()
+	}
 	b.StartVector(16, len(nodes), 8)
 	for i := len(nodes) - 1; i >= 0; i-- {
 		b.Prep(8, 16)
@@ -276,6 +429,9 @@ func recordBatchMessage(rows, tokens int, nodes, lens []int64, body int64) []byt
 	b.PrependInt64Slot(0, int64(rows), 0)
 	b.PrependUOffsetTSlot(1, nodesFB, 0)
 	b.PrependUOffsetTSlot(2, buffersFB, 0)
+	if compressed {
+		b.PrependUOffsetTSlot(3, compression, 0)
+	}
 	batch := b.EndObject()
 	b.StartObject(fbFieldsMessage)
 	b.PrependInt16Slot(0, fbMetadataV5, 0)
@@ -293,6 +449,10 @@ func recordBatchMessage(rows, tokens int, nodes, lens []int64, body int64) []byt
 }
 
 var zeros [8]byte
+
+// asIs is the uncompressed length that marks a buffer of a compressed
+// body stored as it is.
+var asIs = binary.LittleEndian.AppendUint64(nil, math.MaxUint64)
 
 // Render writes the stream to w (buffer it: the columns go out a sample
 // at a time), reading the samples from src once for the per-sample
@@ -317,7 +477,13 @@ func (b *ArrowBody) renderBatch(w io.Writer, src SampleSource, rb *arrowBatch) e
 	if _, err := w.Write(rb.msg); err != nil {
 		return err
 	}
+	compressed := b.comp != Uncompressed
 	put := func(p []byte) error {
+		if compressed && len(p) > 0 {
+			if _, err := w.Write(asIs); err != nil {
+				return err
+			}
+		}
 		if _, err := w.Write(p); err != nil {
 			return err
 		}
@@ -352,44 +518,86 @@ func (b *ArrowBody) renderBatch(w io.Writer, src SampleSource, rb *arrowBatch) e
 			return err
 		}
 	}
-	var scratch, unit []byte
 	for col, width := range tokenWidths(b.temps) {
 		if err := put(listOff); err != nil {
 			return err
 		}
-		err := b.pass(src, rb, func(v *projections.SampleView) error {
-			var le []byte
-			switch col {
-			case 0:
-				le = v.TokenIDs
-			case 1:
-				le = v.LossMask
-			case 2:
-				le = v.Logprobs
-			case 3:
-				le = v.PolicyVersions
-			default:
-				if le = v.Temperatures; le == nil {
-					unit = ones(unit[:0], v.Len)
-					le = unit
-				}
-			}
-			if width > 1 && endian.IsBigEndian {
-				scratch = swapped(scratch[:0], le, width)
-				le = scratch
-			}
-			_, err := w.Write(le)
-			return err
-		})
-		if err != nil {
-			return err
-		}
 		size := int64(width) * int64(rb.tokens)
+		if size == 0 {
+			continue
+		}
+		if !compressed {
+			if err := b.column(w, src, rb, col); err != nil {
+				return err
+			}
+		} else if rb.packed[col] < 0 {
+			if _, err := w.Write(asIs); err != nil {
+				return err
+			}
+			if err := b.column(w, src, rb, col); err != nil {
+				return err
+			}
+		} else {
+			if _, err := w.Write(binary.LittleEndian.AppendUint64(nil, uint64(size))); err != nil {
+				return err
+			}
+			cw := &countedWriter{w: w}
+			if err := b.compressColumn(cw, src, rb, col); err != nil {
+				return err
+			}
+			if cw.n != rb.packed[col] {
+				return fmt.Errorf("projector: column %d compressed to %d bytes, planned %d: the samples changed between passes", col, cw.n, rb.packed[col])
+			}
+			size = rb.packed[col]
+		}
 		if _, err := w.Write(zeros[:pad8(size)-size]); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// countedWriter is a writer that counts what it passes on.
+type countedWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countedWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// column writes token column col of the record batch's samples to w, in
+// little-endian order, a sample at a time.
+func (b *ArrowBody) column(w io.Writer, src SampleSource, rb *arrowBatch, col int) error {
+	width := tokenWidths(b.temps)[col]
+	var scratch, unit []byte
+	return b.pass(src, rb, func(v *projections.SampleView) error {
+		var le []byte
+		switch col {
+		case 0:
+			le = v.TokenIDs
+		case 1:
+			le = v.LossMask
+		case 2:
+			le = v.Logprobs
+		case 3:
+			le = v.PolicyVersions
+		default:
+			if le = v.Temperatures; le == nil {
+				unit = ones(unit[:0], v.Len)
+				le = unit
+			}
+		}
+		if width > 1 && endian.IsBigEndian {
+			scratch = swapped(scratch[:0], le, width)
+			le = scratch
+		}
+		_, err := w.Write(le)
+		return err
+	})
 }
 
 // pass calls fn with each sample of the record batch, in order.

@@ -142,7 +142,7 @@ func TestArrowBodyMatchesArrowGo(t *testing.T) {
 					return nil
 				}},
 			} {
-				body, err := planArrowBody(tc.meta, src.src, tc.maxTokens)
+				body, err := planArrowBody(tc.meta, src.src, tc.maxTokens, Uncompressed)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -167,7 +167,7 @@ func TestArrowBodyMatchesArrowGo(t *testing.T) {
 func TestArrowBodyRefuses(t *testing.T) {
 	all, _ := canonicalOf(t, bodySamples(false))
 	src := func(b []byte) SampleSource { return func(fn func([]byte) error) error { return fn(b) } }
-	if _, err := planArrowBody(arrow.Metadata{}, src(all), 4); err == nil || !strings.Contains(err.Error(), "has 5 tokens, more than one Arrow record batch holds (4)") {
+	if _, err := planArrowBody(arrow.Metadata{}, src(all), 4, Uncompressed); err == nil || !strings.Contains(err.Error(), "has 5 tokens, more than one Arrow record batch holds (4)") {
 		t.Errorf("a sample over the bound: %v", err)
 	}
 	if _, err := PlanArrowBody(arrow.Metadata{}, src(all[:len(all)-1])); err == nil {
@@ -207,7 +207,7 @@ func TestStoredArrowBody(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	f, found, err := p.ArrowBody("r-1", 7, digest)
+	f, found, err := p.ArrowBody("r-1", 7, digest, Uncompressed)
 	if err != nil || !found {
 		t.Fatalf("stored body: found %v, %v", found, err)
 	}
@@ -223,12 +223,27 @@ func TestStoredArrowBody(t *testing.T) {
 	if want := arrowGoStream(t, meta, [][]projections.Sample{bodySamples(true)}); !bytes.Equal(got, want) {
 		t.Errorf("stored body of %d bytes differs from the %d rendered", len(got), len(want))
 	}
-	if files, _ := filepath.Glob(filepath.Join(dir, "arrow", "r-1", "*")); len(files) != 1 {
-		t.Errorf("files beside the state: %v, want the one body", files)
+	// The compressed body beside it is what the plan renders.
+	f, found, err = p.ArrowBody("r-1", 7, digest, LZ4)
+	if err != nil || !found {
+		t.Fatalf("stored compressed body: found %v, %v", found, err)
+	}
+	gotLZ4, err := os.ReadFile(f.Name())
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, want := render(t, meta, func(fn func([]byte) error) error { return fn(all) }, MaxArrowBatchTokens, LZ4); !bytes.Equal(gotLZ4, want) {
+		t.Errorf("stored compressed body of %d bytes differs from the %d rendered", len(gotLZ4), len(want))
+	}
+	if files, _ := filepath.Glob(filepath.Join(dir, "arrow", "r-1", "*")); len(files) != 2 {
+		t.Errorf("files beside the state: %v, want the two bodies", files)
 	}
 	for _, d := range []string{"sha256:" + strings.Repeat("f", 64), "sha256:../x", "md5:00"} {
-		if _, found, err := p.ArrowBody("r-1", 7, d); found || err != nil {
-			t.Errorf("digest %q: found %v, %v; want no body", d, found, err)
+		for _, c := range compressions {
+			if _, found, err := p.ArrowBody("r-1", 7, d, c); found || err != nil {
+				t.Errorf("digest %q, %s: found %v, %v; want no body", d, c, found, err)
+			}
 		}
 	}
 }
@@ -273,12 +288,21 @@ func TestArrowBodiesWithinBudget(t *testing.T) {
 		t.Helper()
 		var out []uint64
 		for seq := uint64(1); seq <= 9; seq++ {
-			f, found, err := p.ArrowBody("r-1", seq, digestOf(seq))
-			if err != nil {
-				t.Fatal(err)
+			var both []bool
+			for _, c := range compressions {
+				f, found, err := p.ArrowBody("r-1", seq, digestOf(seq), c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if found {
+					f.Close()
+				}
+				both = append(both, found)
 			}
-			if found {
-				f.Close()
+			if both[0] != both[1] {
+				t.Errorf("batch %d: bodies found %v, want both or neither", seq, both)
+			}
+			if both[0] {
 				out = append(out, seq)
 			}
 		}
@@ -287,13 +311,16 @@ func TestArrowBodiesWithinBudget(t *testing.T) {
 
 	p := open(-1)
 	store(p, 1)
-	f, _, _ := p.ArrowBody("r-1", 1, digestOf(1))
-	info, err := f.Stat()
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
+	var size int64 // a batch's two bodies
+	for _, c := range compressions {
+		f, _, _ := p.ArrowBody("r-1", 1, digestOf(1), c)
+		info, err := f.Stat()
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		size += info.Size()
 	}
-	size := info.Size()
 	p.Close()
 	os.RemoveAll(filepath.Join(dir, "arrow"))
 

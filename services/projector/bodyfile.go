@@ -13,12 +13,15 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/apache/arrow-go/v18/arrow"
 )
 
 // Each sealed batch's Arrow IPC body ([ArrowBody]) is written once, at
 // seal, to a file beside the projector's state:
 //
-//	<Dir>/arrow/<run>/<seq>-<digest hex>.arrow
+//	<Dir>/arrow/<run>/<seq>-<digest hex>.arrow       uncompressed
+//	<Dir>/arrow/<run>/<seq>-<digest hex>.lz4.arrow   compressed ([LZ4])
 //
 // so that the API sends a trainer's fetch from the page cache with a
 // Content-Length instead of rendering it from the stored chunks each time.
@@ -48,9 +51,10 @@ type arrowBodies struct {
 	done   sync.WaitGroup
 	closed bool
 
-	// kept are the body files on disk, the oldest written first, and
-	// keptBytes their size; only the writing goroutine touches them. Past
-	// the budget the oldest are removed: a trainer fetches the batches
+	// kept are the batches whose bodies are on disk, the oldest written
+	// first, and keptBytes the bodies' size; only the writing goroutine
+	// touches them. Past the budget the oldest batches' bodies are
+	// removed, both of a batch together: a trainer fetches the batches
 	// just sealed, and a batch whose file is gone is rendered from its
 	// chunks, the same bytes.
 	kept      []keptBody
@@ -58,9 +62,30 @@ type arrowBodies struct {
 	scanned   bool
 }
 
+// keptBody is a batch's bodies on disk: the files stem + each
+// compression's suffix + ".arrow", and their size.
 type keptBody struct {
-	path string
+	stem string
 	size int64
+}
+
+// compressions are the bodies stored for each batch.
+var compressions = []Compression{Uncompressed, LZ4}
+
+// bodyStem is the stem of a body file's path (false for another file).
+func bodyStem(path string) (string, bool) {
+	stem, ok := strings.CutSuffix(path, ".arrow")
+	if !ok {
+		return "", false
+	}
+	for _, c := range compressions {
+		if c != Uncompressed {
+			if s, ok := strings.CutSuffix(stem, c.Suffix()); ok {
+				return s, true
+			}
+		}
+	}
+	return stem, true
 }
 
 type bodyJob struct {
@@ -114,12 +139,27 @@ func (p *Projector) closeArrowBodies() {
 	b.done.Wait()
 }
 
+// storeArrowBody writes both bodies of a batch, uncompressed and
+// compressed: trainers on the SDK fetch the second, other Arrow readers
+// the first.
 func (p *Projector) storeArrowBody(j bodyJob) error {
 	meta, digest, err := ArrowMetadata(j.run, j.seq, j.manifest)
 	if err != nil {
 		return err
 	}
-	path, ok := p.arrowBodyPath(j.run, j.seq, digest)
+	for _, c := range compressions {
+		if err := p.storeArrowBodyAs(j, meta, digest, c); err != nil {
+			return fmt.Errorf("%s body: %w", c, err)
+		}
+	}
+	path, _ := p.arrowBodyPath(j.run, j.seq, digest, Uncompressed)
+	stem, _ := bodyStem(path)
+	p.keepArrowBody(stem)
+	return nil
+}
+
+func (p *Projector) storeArrowBodyAs(j bodyJob, meta arrow.Metadata, digest string, c Compression) error {
+	path, ok := p.arrowBodyPath(j.run, j.seq, digest, c)
 	if !ok {
 		return fmt.Errorf("projector: digest %q names no file", digest)
 	}
@@ -127,7 +167,7 @@ func (p *Projector) storeArrowBody(j bodyJob) error {
 		return nil // a window folded again after a crash: the same bytes
 	}
 	src := func(fn func([]byte) error) error { return fn(j.samples) }
-	body, err := PlanArrowBody(meta, src)
+	body, err := PlanCompressedArrowBody(meta, src, c)
 	if err != nil {
 		return err
 	}
@@ -162,56 +202,76 @@ func (p *Projector) storeArrowBody(j bodyJob) error {
 		return err
 	}
 	ok = true
-	p.keepArrowBody(path)
 	return nil
 }
 
-// keepArrowBody counts a body just written against the budget and removes
-// the oldest bodies past it (never the one just written). A body being
-// sent while it is removed is sent whole: the open file outlives its name.
-func (p *Projector) keepArrowBody(path string) {
+// keepArrowBody counts the bodies of a batch just written (their files'
+// stem) against the budget and removes the oldest batches' bodies past it
+// (never the ones just written). A body being sent while it is removed is
+// sent whole: the open file outlives its name.
+func (p *Projector) keepArrowBody(stem string) {
 	b := &p.bodies
 	if !b.scanned {
 		b.scanned = true
 		b.kept, b.keptBytes = p.scanArrowBodies()
-	} else if st, err := os.Stat(path); err == nil {
-		b.kept = append(b.kept, keptBody{path, st.Size()})
-		b.keptBytes += st.Size()
+	} else {
+		var size int64
+		for _, c := range compressions {
+			if st, err := os.Stat(stem + c.Suffix() + ".arrow"); err == nil {
+				size += st.Size()
+			}
+		}
+		b.kept = append(b.kept, keptBody{stem, size})
+		b.keptBytes += size
 	}
 	budget := p.o.ArrowBodyBytes
 	if budget == 0 {
 		budget = DefaultArrowBodyBytes
 	}
-	for b.keptBytes > budget && len(b.kept) > 1 && b.kept[0].path != path {
+	for b.keptBytes > budget && len(b.kept) > 1 && b.kept[0].stem != stem {
 		old := b.kept[0]
 		b.kept = b.kept[1:]
 		b.keptBytes -= old.size
-		if err := os.Remove(old.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			p.log.Warn("removing an old batch's Arrow body failed", "path", old.path, "err", err)
+		for _, c := range compressions {
+			if err := os.Remove(old.stem + c.Suffix() + ".arrow"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				p.log.Warn("removing an old batch's Arrow body failed", "path", old.stem+c.Suffix()+".arrow", "err", err)
+			}
 		}
 	}
 }
 
-// scanArrowBodies lists the body files on disk, the oldest first (by
-// modification time, then name), with their total size.
+// scanArrowBodies lists the batches whose bodies are on disk, the oldest
+// first (by their first file's modification time, then stem), with the
+// bodies' total size.
 func (p *Projector) scanArrowBodies() ([]keptBody, int64) {
 	type found struct {
 		keptBody
 		mod int64
 	}
 	var all []found
+	at := map[string]int{}
 	root := filepath.Join(p.o.Dir, "arrow")
 	_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".arrow") {
+		stem, ok := bodyStem(path)
+		if err != nil || d.IsDir() || !ok {
 			return nil
 		}
-		if info, err := d.Info(); err == nil {
-			all = append(all, found{keptBody{path, info.Size()}, info.ModTime().UnixNano()})
+		info, err := d.Info()
+		if err != nil {
+			return nil
 		}
+		mod := info.ModTime().UnixNano()
+		if i, ok := at[stem]; ok {
+			all[i].size += info.Size()
+			all[i].mod = min(all[i].mod, mod)
+			return nil
+		}
+		at[stem] = len(all)
+		all = append(all, found{keptBody{stem, info.Size()}, mod})
 		return nil
 	})
 	slices.SortFunc(all, func(a, b found) int {
-		return cmp.Or(cmp.Compare(a.mod, b.mod), cmp.Compare(a.path, b.path))
+		return cmp.Or(cmp.Compare(a.mod, b.mod), cmp.Compare(a.stem, b.stem))
 	})
 	out := make([]keptBody, len(all))
 	var total int64
@@ -222,9 +282,10 @@ func (p *Projector) scanArrowBodies() ([]keptBody, int64) {
 	return out, total
 }
 
-// arrowBodyPath is the file of the Arrow body of batch seq of run with
-// the given digest ("sha256:<hex>"); false for a digest that is not one.
-func (p *Projector) arrowBodyPath(run string, seq uint64, digest string) (string, bool) {
+// arrowBodyPath is the file of the Arrow body, compressed as c says, of
+// batch seq of run with the given digest ("sha256:<hex>"); false for a
+// digest that is not one.
+func (p *Projector) arrowBodyPath(run string, seq uint64, digest string, c Compression) (string, bool) {
 	h, ok := strings.CutPrefix(digest, "sha256:")
 	if !ok || len(h) != 64 || run == "" || strings.ContainsAny(run, `/\`) || run == "." || run == ".." {
 		return "", false
@@ -232,15 +293,16 @@ func (p *Projector) arrowBodyPath(run string, seq uint64, digest string) (string
 	if _, err := hex.DecodeString(h); err != nil {
 		return "", false
 	}
-	return filepath.Join(p.o.Dir, "arrow", run, strconv.FormatUint(seq, 10)+"-"+h+".arrow"), true
+	return filepath.Join(p.o.Dir, "arrow", run, strconv.FormatUint(seq, 10)+"-"+h+c.Suffix()+".arrow"), true
 }
 
-// ArrowBody opens the stored Arrow IPC body of batch seq of run, whose
-// manifest carries digest: found is false when there is none (a batch
-// sealed before bodies were stored, or whose body was not written), and
-// the caller renders the same bytes from [Projector.SampleChunks].
-func (p *Projector) ArrowBody(run string, seq uint64, digest string) (f *os.File, found bool, err error) {
-	path, ok := p.arrowBodyPath(run, seq, digest)
+// ArrowBody opens the stored Arrow IPC body, compressed as c says, of
+// batch seq of run, whose manifest carries digest: found is false when
+// there is none (a batch sealed before bodies were stored, or whose body
+// was not written), and the caller renders the same bytes from
+// [Projector.SampleChunks].
+func (p *Projector) ArrowBody(run string, seq uint64, digest string, c Compression) (f *os.File, found bool, err error) {
+	path, ok := p.arrowBodyPath(run, seq, digest, c)
 	if !ok {
 		return nil, false, nil
 	}

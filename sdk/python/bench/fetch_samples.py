@@ -1,5 +1,7 @@
 """The trainer's fetch of a batch's samples into NumPy, NDJSON against Apache
-Arrow, beside np.load of the same arrays from a local file.
+Arrow (as the SDK asks for it: its repeated columns compressed with LZ4 when
+pyarrow reads that, and as it is), beside np.load of the same arrays from a
+local file.
 
     python sdk/python/bench/fetch_samples.py --url http://127.0.0.1:7070 --run R --seq 1
     python sdk/python/bench/fetch_samples.py --url http://127.0.0.1:7070 --make   # posts a run first
@@ -82,24 +84,29 @@ def _best(fn, repeats: int) -> tuple[float, object]:
 
 
 def measure(url: str, run: str, seq: int = 1, repeats: int = 3) -> dict:
-    """Times fetch+parse of batch `seq`'s samples as NDJSON and as Arrow,
-    and np.load of the same arrays from .npy files and an .npz, and returns
-    the figures."""
+    """Times fetch+parse of batch `seq`'s samples as NDJSON and as Arrow
+    (the SDK's default, compressed when pyarrow reads LZ4, and
+    uncompressed), and np.load of the same arrays from .npy files and an
+    .npz, and returns the figures."""
+    compression = "lz4" if rl.samples.arrow_codec_available("lz4") else "none"
     with rl.Ledger(url, source="bench") as ledger:
         path = f"/v1/runs/{run}/batches/{seq}/samples"
         sizes = {}
-        for fmt, media in (("ndjson", "application/x-ndjson"), ("arrow", "application/vnd.apache.arrow.stream")):
-            sizes[fmt] = len(ledger._get(path, accept=media).body)
+        for fmt, media, query in (("ndjson", "application/x-ndjson", ""),
+                                  ("arrow", "application/vnd.apache.arrow.stream", f"?compression={compression}"),
+                                  ("arrow_uncompressed", "application/vnd.apache.arrow.stream", "")):
+            sizes[fmt] = len(ledger._get(path + query, accept=media).body)
         t_nd, nd = _best(lambda: ledger.samples(run, seq, format="ndjson"), repeats)
-        t_ar, ar = _best(lambda: ledger.samples(run, seq, format="arrow"), repeats)
+        t_ar, ar = _best(lambda: ledger.samples(run, seq, format="arrow", compression=compression), repeats)
+        t_au, au = _best(lambda: ledger.samples(run, seq, format="arrow", compression="none"), repeats)
         # Whether the Arrow arrays are views of the body as read (one
         # record batch) or joined into new arrays (several).
         views = not getattr(ar, "_copied", True)
     cols = columns(ar)
-    if cols != columns(nd):
+    if cols != columns(nd) or cols != columns(au):
         raise AssertionError("the NDJSON and Arrow samples carry different columns")
     for name in cols:
-        if not np.array_equal(getattr(nd, name), getattr(ar, name)):
+        if not np.array_equal(getattr(nd, name), getattr(ar, name)) or not np.array_equal(getattr(au, name), getattr(ar, name)):
             raise AssertionError(f"the NDJSON and Arrow samples differ in {name}")
     n = ar.num_tokens
     with tempfile.TemporaryDirectory() as d:
@@ -118,10 +125,13 @@ def measure(url: str, run: str, seq: int = 1, repeats: int = 3) -> dict:
         "run": run, "seq": seq, "samples": len(ar), "tokens": n, "repeats": repeats, "columns": list(cols),
         "ndjson": {"seconds": t_nd, "tokens_per_s": rate(t_nd), "bytes": sizes["ndjson"], "bytes_per_token": sizes["ndjson"] / max(n, 1)},
         "arrow": {"seconds": t_ar, "tokens_per_s": rate(t_ar), "bytes": sizes["arrow"], "bytes_per_token": sizes["arrow"] / max(n, 1),
-                  "views": views},
+                  "views": views, "compression": compression},
+        "arrow_uncompressed": {"seconds": t_au, "tokens_per_s": rate(t_au), "bytes": sizes["arrow_uncompressed"],
+                               "bytes_per_token": sizes["arrow_uncompressed"] / max(n, 1)},
         "np_load_npy": {"seconds": t_npy, "tokens_per_s": rate(t_npy), "bytes": npy_bytes},
         "np_load_npz": {"seconds": t_npz, "tokens_per_s": rate(t_npz), "bytes": npz_bytes},
         "arrow_over_np_load": t_npy / t_ar if t_ar > 0 else None,
+        "arrow_uncompressed_over_np_load": t_npy / t_au if t_au > 0 else None,
         "ndjson_over_np_load": t_npy / t_nd if t_nd > 0 else None,
     }
 
@@ -148,11 +158,13 @@ def main(argv=None) -> int:
         print(f"posted run {run} and sealed its batch 1 in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     r = measure(a.url, run, a.seq, a.repeats)
     print(f"batch {r['seq']} of {r['run']}: {r['samples']} samples, {r['tokens']:,} tokens (best of {r['repeats']})")
-    for k in ("ndjson", "arrow", "np_load_npy", "np_load_npz"):
+    for k in ("ndjson", "arrow", "arrow_uncompressed", "np_load_npy", "np_load_npz"):
         m = r[k]
         size = f", {m['bytes']:,} bytes" if m.get("bytes") else ""
-        print(f"  {k:12s} {m['seconds']:8.3f} s  {m['tokens_per_s'] / 1e6:8.1f} M tokens/s{size}")
-    print(f"  Arrow fetch = {r['arrow_over_np_load']:.2f} x np.load (.npy); NDJSON = {r['ndjson_over_np_load']:.3f} x")
+        name = f"arrow ({m['compression']})" if k == "arrow" else k
+        print(f"  {name:18s} {m['seconds']:8.3f} s  {m['tokens_per_s'] / 1e6:8.1f} M tokens/s{size}")
+    print(f"  Arrow fetch = {r['arrow_over_np_load']:.2f} x np.load (.npy), uncompressed {r['arrow_uncompressed_over_np_load']:.2f} x;"
+          f" NDJSON = {r['ndjson_over_np_load']:.3f} x")
     print(json.dumps(r))
     return 0
 

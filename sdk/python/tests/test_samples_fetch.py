@@ -1,5 +1,6 @@
 """A trainer's fetch of a batch's samples as Arrow: one body with its
-Content-Length, read into one buffer, every array a view of it."""
+Content-Length, read into one buffer, every array a view of it (token ids
+and log-probs only, when the repeated columns come compressed)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def test_large_batch_arrives_as_views_of_one_buffer(ledger):
     assert int(resp.headers["Content-Length"]) == len(resp.body)
     assert resp.headers["ETag"]
 
-    arrow = ledger.samples(run, 1, format="arrow", verify_digest=True)
+    arrow = ledger.samples(run, 1, format="arrow", verify_digest=True, compression="none")
     assert arrow.num_tokens >= 64_000 and not arrow._copied and arrow.body is not None
     body = np.frombuffer(arrow.body, dtype=np.uint8)
     lo, hi = _span(body)
@@ -47,6 +48,37 @@ def test_large_batch_arrives_as_views_of_one_buffer(ledger):
     for name in ("offsets", "segments", "sample_advantages", *TOKEN_COLUMNS):
         assert np.array_equal(getattr(arrow, name), getattr(nd, name)), name
     assert arrow.groups == nd.groups and arrow.attempts == nd.attempts
+
+
+def test_compressed_fetch_is_the_same_arrays(ledger):
+    """The SDK's default asks for the body with the repeated columns
+    compressed (LZ4): it is smaller on the wire, every array equals the
+    uncompressed body's, the token ids and log-probs are still views of the
+    buffer it was read into, and the digest still verifies."""
+    from fetch_samples import make_run
+    from rolloutledger.samples import arrow_codec_available
+
+    if not arrow_codec_available("lz4"):
+        pytest.skip("this pyarrow reads no LZ4")
+    run = make_run(ledger, groups=1, attempts=2, tokens=8_000, turn_tokens=2_000)
+    path = f"/v1/runs/{run}/batches/1/samples"
+    media = "application/vnd.apache.arrow.stream"
+    packed = ledger._get(path + "?compression=lz4", accept=media)
+    plain = ledger._get(path, accept=media)
+    assert packed.headers["ETag"] == plain.headers["ETag"][:-1] + '.lz4"'
+    assert len(packed.body) < len(plain.body) * 0.6, (len(packed.body), len(plain.body))
+
+    arrow = ledger.samples(run, 1, format="arrow", verify_digest=True)
+    whole = ledger.samples(run, 1, format="arrow", compression="none")
+    for name in ("offsets", "segments", "sample_advantages", "temperatures", *TOKEN_COLUMNS):
+        assert np.array_equal(getattr(arrow, name), getattr(whole, name)), name
+    lo, hi = _span(np.frombuffer(arrow.body, dtype=np.uint8))
+    assert len(arrow.body) == len(packed.body)
+    for name in ("token_ids", "rollout_logprobs"):
+        start, end = _span(getattr(arrow, name))
+        assert lo <= start and end <= hi, f"{name} is not inside the response's buffer"
+    with pytest.raises(ValueError, match="compression 'zstd'"):
+        ledger.samples(run, 1, format="arrow", compression="zstd")
 
 
 def test_torch_tensors_share_the_body(ledger, run_id):

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -104,11 +105,19 @@ type fetchResult struct {
 	Arrow  struct {
 		TokensPerS float64 `json:"tokens_per_s"`
 		Bytes      int64   `json:"bytes"`
-		// Views says the arrays are views of the body as read (one
-		// record batch), not joined into new arrays.
+		// Views says the token ids and log-probs are views of the body
+		// as read (one record batch), not joined into new arrays.
 		Views bool `json:"views"`
+		// Compression is what the SDK asked for: lz4 when pyarrow reads
+		// it, else none.
+		Compression string `json:"compression"`
 	} `json:"arrow"`
-	NDJSON struct {
+	ArrowUncompressed struct {
+		TokensPerS float64 `json:"tokens_per_s"`
+		Bytes      int64   `json:"bytes"`
+	} `json:"arrow_uncompressed"`
+	Columns []string `json:"columns"`
+	NDJSON  struct {
 		TokensPerS float64 `json:"tokens_per_s"`
 	} `json:"ndjson"`
 	NPY struct {
@@ -130,11 +139,12 @@ func tokenFetchFigures(ctx context.Context, e *env) ([]*Figure, error) {
 		groups, tokens = "2", "4000"
 	}
 	fetch := &Figure{Name: "trainer fetch of a batch into NumPy (SDK, Arrow)", Unit: "M tokens/s", Command: e.cmd(GroupTokens) + " ; " + cmdline("--make")}
+	plain := &Figure{Name: "trainer fetch of a batch into NumPy (SDK, Arrow uncompressed)", Unit: "M tokens/s", Command: fetch.Command}
 	ndjson := &Figure{Name: "trainer fetch of a batch into NumPy (SDK, NDJSON)", Unit: "M tokens/s", Command: fetch.Command}
 	npy := &Figure{Name: "np.load of the same arrays (.npy files)", Unit: "M tokens/s", Command: fetch.Command}
 	pebbleBytes := &Figure{Name: "Pebble (projector state), bytes per token", Unit: "B/token", Command: e.cmd(GroupTokens)}
 	pgBytes := &Figure{Name: "Postgres (read model), bytes per token", Unit: "B/token", Command: e.cmd(GroupTokens)}
-	figs := []*Figure{fetch, ndjson, npy, pebbleBytes, pgBytes}
+	figs := []*Figure{fetch, plain, ndjson, npy, pebbleBytes, pgBytes}
 	skip := func(why string) []*Figure {
 		for _, f := range figs {
 			f.Skipped, f.Note = true, why
@@ -199,18 +209,21 @@ func tokenFetchFigures(ctx context.Context, e *env) ([]*Figure, error) {
 		}
 		run = res.Run
 		fetch.Runs = append(fetch.Runs, res.Arrow.TokensPerS/1e6)
+		plain.Runs = append(plain.Runs, res.ArrowUncompressed.TokensPerS/1e6)
 		ndjson.Runs = append(ndjson.Runs, res.NDJSON.TokensPerS/1e6)
 		npy.Runs = append(npy.Runs, res.NPY.TokensPerS/1e6)
 	}
-	how := "views of the one buffer the body was read into"
+	how := "token ids and log-probs views of the one buffer the body was read into"
 	if !res.Arrow.Views {
 		how = "joined from several record batches into new arrays"
 	}
-	fetch.Note = fmt.Sprintf("a batch of %s groups of 8 attempts of %s completion tokens (%d tokens, %d B of Arrow IPC) fetched with Ledger.samples(format='arrow') into NumPy arrays (%s), best of 3 per run, from the in-process stack on loopback; the server sends the Arrow body the projector wrote at seal, with its Content-Length",
-		groups, tokens, res.Tokens, res.Arrow.Bytes, how)
+	fetch.Note = fmt.Sprintf("a batch of %s groups of 8 attempts of %s completion tokens (%d tokens, %d B of Arrow IPC with compression %s) fetched with Ledger.samples(format='arrow') into NumPy arrays (%s), best of 3 per run, from the in-process stack on loopback; the server sends the Arrow body the projector wrote at seal, with its Content-Length",
+		groups, tokens, res.Tokens, res.Arrow.Bytes, res.Arrow.Compression, how)
+	plain.Note = fmt.Sprintf("the same batch with compression='none': %d B, every array a view of the body", res.ArrowUncompressed.Bytes)
 	ndjson.Note = "the same batch as NDJSON, parsed by the SDK into the same arrays"
-	npy.Note = "np.load of the same five arrays (token_ids, loss_mask, rollout_logprobs, policy_versions, offsets) from .npy files in a temporary directory (page cache), best of 3"
+	npy.Note = fmt.Sprintf("np.load of the same arrays (%s) from .npy files in a temporary directory (page cache), best of 3", strings.Join(res.Columns, ", "))
 	fetch.link = func(map[string]*Figure) { fetch.against(npy, 0.5, ">= 50% of np.load") }
+	plain.link = func(map[string]*Figure) { plain.against(npy, 0, "(vs np.load)"); plain.Met = nil }
 	ndjson.link = func(map[string]*Figure) { ndjson.against(npy, 0, "(vs np.load)"); ndjson.Met = nil }
 
 	if so.DatabaseURL != "" {

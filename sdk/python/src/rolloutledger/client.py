@@ -44,6 +44,7 @@ from .samples import (
     NDJSON_MEDIA_TYPE,
     Batch,
     SampleBatch,
+    arrow_codec_available,
     have_pyarrow,
     parse_arrow_samples,
     parse_samples,
@@ -474,15 +475,22 @@ class Ledger:
             return None
         return Batch.from_json(resp.body, self)
 
-    def samples(self, run: str, seq: int, *, format: str | None = None, verify_digest: bool = False) -> SampleBatch:
+    def samples(
+        self, run: str, seq: int, *, format: str | None = None, verify_digest: bool = False, compression: str = "auto"
+    ) -> SampleBatch:
         """The materialized samples of batch ``seq`` as NumPy arrays.
 
         ``format``: "arrow" (Apache Arrow IPC, read without copying the
-        token columns; needs pyarrow), "ndjson", or None for the client's
-        ``samples_format`` ("auto": Arrow when pyarrow is installed). With
-        ``verify_digest``, the batch's manifest is fetched and the digest
-        recomputed from it and the arrays (DigestMismatchError when they
-        disagree)."""
+        token ids and log-probs; needs pyarrow), "ndjson", or None for the
+        client's ``samples_format`` ("auto": Arrow when pyarrow is
+        installed). ``compression`` applies to Arrow: "lz4" asks for the
+        body with its repeated columns (loss mask, policy versions,
+        temperatures) compressed, 9 bytes a token on the wire instead of
+        21; "none" for the body as it is; "auto" (the default) for lz4 when
+        pyarrow can read it. A ledger that predates compression answers the
+        body as it is, which reads the same. With ``verify_digest``, the
+        batch's manifest is fetched and the digest recomputed from it and
+        the arrays (DigestMismatchError when they disagree)."""
         fmt = format or self.samples_format
         if fmt == "auto":
             fmt = "arrow" if have_pyarrow() else "ndjson"
@@ -490,6 +498,12 @@ class Ledger:
         if fmt == "arrow":
             if not have_pyarrow():
                 raise ImportError("Arrow samples need pyarrow: pip install rolloutledger[arrow] (or format='ndjson')")
+            if compression == "auto":
+                compression = "lz4" if arrow_codec_available("lz4") else "none"
+            if compression not in ("lz4", "none"):
+                raise ValueError(f"compression {compression!r}: want 'lz4', 'none' or 'auto'")
+            if compression != "none":
+                path += f"?compression={compression}"
             resp = self._get(path, accept=ARROW_MEDIA_TYPE, large=True)
             samples, meta = parse_arrow_samples(resp.body)
             if getattr(samples, "_copied", False):

@@ -41,7 +41,7 @@ import numpy as np
 
 from . import errors as E
 
-__all__ = ["Batch", "Sample", "SampleBatch", "parse_samples", "parse_arrow_samples", "have_pyarrow"]
+__all__ = ["Batch", "Sample", "SampleBatch", "parse_samples", "parse_arrow_samples", "have_pyarrow", "arrow_codec_available"]
 
 ARROW_MEDIA_TYPE = "application/vnd.apache.arrow.stream"
 NDJSON_MEDIA_TYPE = "application/x-ndjson"
@@ -61,6 +61,16 @@ def _torch():
     except ImportError as e:  # pragma: no cover - depends on the machine
         raise ImportError("to_torch() needs PyTorch: pip install torch (or rolloutledger[torch])") from e
     return torch
+
+
+def arrow_codec_available(name: str) -> bool:
+    """Whether pyarrow is installed and reads Arrow IPC buffers compressed
+    with codec ``name`` ("lz4": the LZ4 frame format)."""
+    try:
+        import pyarrow  # noqa: PLC0415 - optional dependency
+    except ImportError:
+        return False
+    return bool(pyarrow.Codec.is_available(name))
 
 
 def have_pyarrow() -> bool:
