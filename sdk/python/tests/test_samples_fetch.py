@@ -81,6 +81,35 @@ def test_compressed_fetch_is_the_same_arrays(ledger):
         ledger.samples(run, 1, format="arrow", compression="zstd")
 
 
+def test_receive_buffer_reused_only_once_released(ledger):
+    """A fetch reads into the buffer of the batch fetched before it once
+    nothing views that batch any more (memory already faulted in), and
+    never while its arrays are alive."""
+    from fetch_samples import make_run
+
+    run = make_run(ledger, groups=1, attempts=2, tokens=4_000, turn_tokens=2_000)
+
+    def where(s):
+        return _span(np.frombuffer(s.body, dtype=np.uint8))[0]
+
+    first = ledger.samples(run, 1, format="arrow")
+    ids = np.array(first.token_ids)
+    held = ledger.samples(run, 1, format="arrow")
+    assert where(held) != where(first), "a batch still in use was read over"
+    assert np.array_equal(first.token_ids, ids)
+    released = {where(first), where(held)}
+    del first, held
+    again = ledger.samples(run, 1, format="arrow")
+    assert where(again) in released, "no released buffer was reused"
+    assert np.array_equal(again.token_ids, ids)
+    # A view taken of the arrays keeps the buffer from being reused.
+    view = again.token_ids[:10]
+    at = where(again)
+    del again
+    other = ledger.samples(run, 1, format="arrow")
+    assert where(other) != at and np.array_equal(view, ids[:10])
+
+
 def test_torch_tensors_share_the_body(ledger, run_id):
     """Where torch is installed, to_torch() hands out tensors over the same
     memory as the arrays, the loss mask as a bool view."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.client
 import json
 import threading
+import weakref
 import urllib.parse
 
 from . import errors as E
@@ -92,7 +93,7 @@ class Transport:
             resp = conn.getresponse()
             buffer = None
             if large and resp.status == 200:
-                data, buffer = _read_into(resp, getattr(self._local, "spare", None))
+                data, buffer = _read_into(resp, self._spare())
                 self._local.spare = None
             else:
                 data = resp.read()
@@ -104,6 +105,38 @@ class Transport:
             conn.close()
             self._local.conn = None
         return Response(resp.status, resp.headers, data, buffer)
+
+    def _spare(self):
+        """The buffer this thread's next large body may be read into: the
+        one given back with reuse, or one of those lent out (see lend)
+        whose body nothing views any more."""
+        spare = getattr(self._local, "spare", None)
+        lent = getattr(self._local, "lent", None)
+        for i, (alive, buf) in enumerate(lent or ()):
+            if alive() is None:
+                del lent[i]
+                if spare is None or len(buf) > len(spare):
+                    spare = buf
+                break
+        return spare
+
+    def lend(self, resp: Response):
+        """Keeps the buffer resp's large body was read into, whose views the
+        caller hands out, with a weak reference to the array the body is a
+        memoryview of: every view of the body (a NumPy array, a pyarrow
+        buffer, a torch tensor, a memoryview) refers to that array, so once
+        it is gone nothing reads the buffer, and a later large body of this
+        thread is read into the same memory, already faulted in, instead of
+        fresh memory. Two are kept, so that a trainer that still holds
+        batch k while it fetches batch k+1 (``s = batch.samples()`` in a
+        loop) reads k+1 into k-1's buffer."""
+        if resp.buffer is not None and isinstance(resp.body, memoryview):
+            lent = getattr(self._local, "lent", None)
+            if lent is None:
+                lent = self._local.lent = []
+            lent.append((weakref.ref(resp.body.obj), resp.buffer))
+            del lent[:-2]
+            resp.buffer = None
 
     def reuse(self, resp: Response):
         """Keeps the buffer resp's large body was read into for this

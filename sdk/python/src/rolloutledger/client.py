@@ -508,6 +508,8 @@ class Ledger:
             samples, meta = parse_arrow_samples(resp.body)
             if getattr(samples, "_copied", False):
                 self._http.reuse(resp)
+            else:
+                self._http.lend(resp)
             if meta.get("run", run) != run or meta.get("seq", str(int(seq))) != str(int(seq)):
                 raise E.LedgerError(f"asked for the samples of batch {seq} of {run}, got those of batch {meta.get('seq')} of {meta.get('run')}")
         elif fmt == "ndjson":
