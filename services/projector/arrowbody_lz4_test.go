@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -13,6 +15,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/projections"
 )
 
@@ -184,5 +187,47 @@ func TestCompressedArrowBodyPinned(t *testing.T) {
 	const want = "5211a3713943d3d6520330443611b119af36e5bca031dfe37fd49dce5f013ee7"
 	if got := fmt.Sprintf("%x", sha256.Sum256(body)); got != want {
 		t.Errorf("compressed body of %d bytes hashes to %s, pinned %s", len(body), got, want)
+	}
+}
+
+// A crash between a batch's two bodies leaves one on disk: folding the
+// window again writes the other, and the batch counts once against the
+// budget, at the size of both, also when the projector counted the one
+// body already (another batch's body written first).
+func TestArrowBodyFinishedAfterCrash(t *testing.T) {
+	dir := t.TempDir()
+	all, _ := canonicalOf(t, runSamples(4, 2, 300, nil))
+	job := func(seq uint64) bodyJob {
+		d := fmt.Sprintf("sha256:%064x", seq)
+		return bodyJob{run: "r-1", seq: seq, samples: all,
+			manifest: []byte(fmt.Sprintf(`{"run":"r-1","seq":%d,"rule_version":4,"digest":"%s"}`, seq, d))}
+	}
+	p, err := Open(Options{Kafka: kafkalog.Config{Brokers: []string{"127.0.0.1:1"}}, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	one := job(1)
+	meta, digest, _ := ArrowMetadata("r-1", 1, one.manifest)
+	plain, _ := p.arrowBodyPath("r-1", 1, digest, Uncompressed)
+	if wrote, err := p.storeArrowBodyAs(one, meta, plain, Uncompressed); !wrote || err != nil {
+		t.Fatalf("the first body: wrote %v, %v", wrote, err)
+	}
+	for _, seq := range []uint64{2, 1, 1} { // the last: both on disk, nothing to do
+		if err := p.storeArrowBody(job(seq)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "arrow", "r-1", "*.arrow"))
+	var size int64
+	for _, f := range files {
+		st, err := os.Stat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		size += st.Size()
+	}
+	if b := &p.bodies; len(files) != 4 || len(b.kept) != 2 || b.keptBytes != size {
+		t.Errorf("%d files; kept %v, %d bytes; want two batches at %d", len(files), b.kept, b.keptBytes, size)
 	}
 }

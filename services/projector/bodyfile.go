@@ -147,62 +147,71 @@ func (p *Projector) storeArrowBody(j bodyJob) error {
 	if err != nil {
 		return err
 	}
-	for _, c := range compressions {
-		if err := p.storeArrowBodyAs(j, meta, digest, c); err != nil {
-			return fmt.Errorf("%s body: %w", c, err)
-		}
-	}
-	path, _ := p.arrowBodyPath(j.run, j.seq, digest, Uncompressed)
-	stem, _ := bodyStem(path)
-	p.keepArrowBody(stem)
-	return nil
-}
-
-func (p *Projector) storeArrowBodyAs(j bodyJob, meta arrow.Metadata, digest string, c Compression) error {
-	path, ok := p.arrowBodyPath(j.run, j.seq, digest, c)
+	path, ok := p.arrowBodyPath(j.run, j.seq, digest, Uncompressed)
 	if !ok {
 		return fmt.Errorf("projector: digest %q names no file", digest)
 	}
+	stem, _ := bodyStem(path)
+	wrote := false
+	for _, c := range compressions {
+		var w bool
+		if w, err = p.storeArrowBodyAs(j, meta, stem+c.Suffix()+".arrow", c); err != nil {
+			err = fmt.Errorf("%s body: %w", c, err)
+			break
+		}
+		wrote = wrote || w
+	}
+	// What was written counts against the budget, also when the other
+	// body failed; a batch whose bodies were both on disk already (its
+	// window folded again after a crash) is counted once.
+	if wrote {
+		p.keepArrowBody(stem)
+	}
+	return err
+}
+
+// storeArrowBodyAs writes the body compressed as c to path, unless it is
+// there already (a window folded again after a crash: the same bytes);
+// wrote says whether it wrote it.
+func (p *Projector) storeArrowBodyAs(j bodyJob, meta arrow.Metadata, path string, c Compression) (wrote bool, err error) {
 	if _, err := os.Stat(path); err == nil {
-		return nil // a window folded again after a crash: the same bytes
+		return false, nil
 	}
 	src := func(fn func([]byte) error) error { return fn(j.samples) }
 	body, err := PlanCompressedArrowBody(meta, src, c)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
+		return false, err
 	}
 	f, err := os.CreateTemp(filepath.Dir(path), ".body-*")
 	if err != nil {
-		return err
+		return false, err
 	}
-	ok = false
 	defer func() {
-		if !ok {
+		if !wrote {
 			f.Close()
 			os.Remove(f.Name())
 		}
 	}()
 	bw := bufio.NewWriterSize(f, 256<<10)
 	if err := body.Render(bw, src); err != nil {
-		return err
+		return false, err
 	}
 	if err := bw.Flush(); err != nil {
-		return err
+		return false, err
 	}
 	if err := f.Sync(); err != nil {
-		return err
+		return false, err
 	}
 	if err := f.Close(); err != nil {
-		return err
+		return false, err
 	}
 	if err := os.Rename(f.Name(), path); err != nil {
-		return err
+		return false, err
 	}
-	ok = true
-	return nil
+	return true, nil
 }
 
 // keepArrowBody counts the bodies of a batch just written (their files'
@@ -220,6 +229,12 @@ func (p *Projector) keepArrowBody(stem string) {
 			if st, err := os.Stat(stem + c.Suffix() + ".arrow"); err == nil {
 				size += st.Size()
 			}
+		}
+		// A batch counted already (one body on disk before a crash, the
+		// other written now) is counted again at its new size.
+		if i := slices.IndexFunc(b.kept, func(k keptBody) bool { return k.stem == stem }); i >= 0 {
+			b.keptBytes -= b.kept[i].size
+			b.kept = slices.Delete(b.kept, i, i+1)
 		}
 		b.kept = append(b.kept, keptBody{stem, size})
 		b.keptBytes += size
