@@ -136,6 +136,8 @@ type compiledRules struct {
 	field, requiredBy []int
 	keys              []*regexp.Regexp
 	messages          [][]segment
+	// formatCheck is each rule's Format check (nil for none), looked up once.
+	formatCheck []func(string) string
 }
 
 // placeholders are the names a message may use besides the fields'.
@@ -196,10 +198,13 @@ func compileRules(t reflect.Type, s *spec) *compiledRules {
 			key = regexp.MustCompile(r.PropertyNames)
 		}
 		c.keys = append(c.keys, key)
+		var check func(string) string
 		if r.Format != "" {
-			if _, ok := formats[r.Format]; !ok {
+			f, ok := formats[r.Format]
+			if !ok {
 				bad(r, "unknown format %q", r.Format)
 			}
+			check = f.check
 			if r.Message != "" {
 				bad(r, "a format words its own message")
 			}
@@ -212,6 +217,7 @@ func compileRules(t reflect.Type, s *spec) *compiledRules {
 			}
 		}
 		c.messages = append(c.messages, msg)
+		c.formatCheck = append(c.formatCheck, check)
 	}
 	return c
 }
@@ -356,8 +362,8 @@ func (c *compiledRules) checkOne(rv reflect.Value, path string, i int) *FieldErr
 	if !present {
 		return nil
 	}
-	if r.Format != "" {
-		if detail := formats[r.Format].check(v.String()); detail != "" {
+	if check := c.formatCheck[i]; check != nil {
+		if detail := check(v.String()); detail != "" {
 			return &FieldError{Field: join(path, r.Field), Err: c.sentinel(r), Detail: detail}
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 
 	json "github.com/segmentio/encoding/json"
@@ -30,6 +31,8 @@ type spec struct {
 	rules  *compiledRules
 	// binary lists the fields carried as base64 binary (catalogue v2).
 	binary []int
+	// emptyable lists the fields dropEmptyOptional visits.
+	emptyable []int
 }
 
 type fieldSpec struct {
@@ -58,12 +61,25 @@ type fieldSpec struct {
 	format string
 }
 
-var specs sync.Map // reflect.Type -> *spec
+// specs holds every spec built, in a map that is replaced, never written
+// to, when a type is added: decoding looks up a spec a few times a fact,
+// and a plain map read is several times cheaper than a sync.Map's. Types
+// are few and are all added at their first decode.
+var (
+	specs    atomic.Pointer[map[reflect.Type]*spec]
+	specsAdd sync.Mutex
+)
 
 func specOf(t reflect.Type) *spec {
-	if s, ok := specs.Load(t); ok {
-		return s.(*spec)
+	if m := specs.Load(); m != nil {
+		if s, ok := (*m)[t]; ok {
+			return s
+		}
 	}
+	return buildSpec(t)
+}
+
+func buildSpec(t reflect.Type) *spec {
 	s := &spec{byName: map[string]int{}}
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
@@ -122,9 +138,43 @@ func specOf(t reflect.Type) *spec {
 		s.byName[name] = len(s.fields)
 		s.fields = append(s.fields, fs)
 	}
+	s.emptyable = emptyable(s)
 	s.rules = compileRules(t, s)
-	actual, _ := specs.LoadOrStore(t, s)
-	return actual.(*spec)
+	specsAdd.Lock()
+	defer specsAdd.Unlock()
+	var next map[reflect.Type]*spec
+	if m := specs.Load(); m != nil {
+		if actual, ok := (*m)[t]; ok {
+			return actual // built meanwhile by another goroutine
+		}
+		next = maps.Clone(*m)
+	} else {
+		next = map[reflect.Type]*spec{}
+	}
+	next[t] = s
+	specs.Store(&next)
+	return s
+}
+
+// emptyable lists the fields of s that dropEmptyOptional visits: optional
+// arrays and maps, and structs (or pointers to them) that may hold some.
+func emptyable(s *spec) []int {
+	var out []int
+	for i, fs := range s.fields {
+		switch t := fs.typ; t.Kind() {
+		case reflect.Slice, reflect.Map:
+			if fs.optional && t != rawMessageType {
+				out = append(out, i)
+			}
+		case reflect.Struct:
+			out = append(out, i)
+		case reflect.Pointer:
+			if t.Elem().Kind() == reflect.Struct {
+				out = append(out, i)
+			}
+		}
+	}
+	return out
 }
 
 var rawMessageType = reflect.TypeFor[json.RawMessage]()
@@ -351,6 +401,11 @@ func decodeValue(raw []byte, fv reflect.Value, fs *fieldSpec, path string, st *d
 			return fieldErr(path+"."+k, ErrDuplicateField, "key %q is given more than once", clip(k))
 		}
 	} else if decodeScalar(raw, fv) {
+		if fv.Kind() == reflect.String {
+			// A string without escapes is a slice of the record, whose
+			// UTF-8 was checked whole.
+			return checkText(fv.String(), fs, path, false)
+		}
 		return checkValue(fv, fs, path)
 	}
 	if fe := refuseInnerNull(raw, t, path); fe != nil {
@@ -499,7 +554,9 @@ func isNull(raw []byte) bool {
 // to the same value as its canonical encoding does. It runs after the
 // cross-field checks, which still see what the producer sent.
 func dropEmptyOptional(rv reflect.Value) {
-	for _, fs := range specOf(rv.Type()).fields {
+	s := specOf(rv.Type())
+	for _, i := range s.emptyable {
+		fs := &s.fields[i]
 		fv := rv.Field(fs.index)
 		switch fv.Kind() {
 		case reflect.Slice, reflect.Map:
@@ -584,12 +641,18 @@ func checkNumber(f float64, fs *fieldSpec, path string) *FieldError {
 }
 
 func checkString(s string, fs *fieldSpec, path string) *FieldError {
+	return checkText(s, fs, path, true)
+}
+
+// checkText is checkString, with the UTF-8 check left out unless utf8
+// utf8Unknown is set: for text known to be valid.
+func checkText(s string, fs *fieldSpec, path string, utf8Unknown bool) *FieldError {
 	switch {
 	case len(s) > MaxTextBytes:
 		return fieldErr(path, ErrInvalidValue, "%d bytes, more than %d", len(s), MaxTextBytes)
 	case fs.maxBytes > 0 && len(s) > fs.maxBytes:
 		return fieldErr(path, ErrInvalidValue, "%d bytes, more than %d", len(s), fs.maxBytes)
-	case !utf8.ValidString(s):
+	case utf8Unknown && !utf8.ValidString(s):
 		return fieldErr(path, ErrInvalidValue, "not valid UTF-8")
 	case strings.IndexByte(s, 0) >= 0:
 		return fieldErr(path, ErrInvalidValue, "contains a NUL character")
