@@ -6,8 +6,8 @@ from __future__ import annotations
 import http.client
 import json
 import threading
-import weakref
 import urllib.parse
+import weakref
 
 from . import errors as E
 

@@ -485,8 +485,8 @@ class Ledger:
         client's ``samples_format`` ("auto": Arrow when pyarrow is
         installed). ``compression`` applies to Arrow: "lz4" asks for the
         body with its repeated columns (loss mask, policy versions,
-        temperatures) compressed, 9 bytes a token on the wire instead of
-        21; "none" for the body as it is; "auto" (the default) for lz4 when
+        temperatures) compressed, about 8 bytes a token on the wire instead
+        of 21; "none" for the body as it is; "auto" (the default) for lz4 when
         pyarrow can read it. A ledger that predates compression answers the
         body as it is, which reads the same. With ``verify_digest``, the
         batch's manifest is fetched and the digest recomputed from it and

@@ -13,10 +13,13 @@ The samples arrive as Apache Arrow IPC when pyarrow is installed
 (``pip install rolloutledger[arrow]``), else as NDJSON. The server sends a
 batch's Arrow body, written once when the batch was sealed, as one record
 batch with its Content-Length (docs/design.md section 15.3): the client
-reads it into one buffer allocated once, and every array is a view of that
-buffer, reached without a copy (read-only arrays; copy one with
-``np.array(x)`` to write to it); ``to_torch()`` hands out tensors sharing
-the same memory. A body of several record batches (a batch past 2^26
+reads it into one buffer, and every array is a view of that buffer,
+reached without a copy (read-only arrays; copy one with ``np.array(x)`` to
+write to it); ``to_torch()`` hands out tensors sharing the same memory.
+The client asks for the body with its repeated columns (loss mask, policy
+versions, temperatures) LZ4-compressed when pyarrow reads that: those
+three are then decompressed into arrays of their own, and token ids and
+log-probs stay views. A body of several record batches (a batch past 2^26
 tokens, or an older server, which split large batches) has each column
 joined once into one contiguous array. A :class:`SampleBatch` holds the
 batch's columns flat, end to end, with ``offsets`` marking where each
