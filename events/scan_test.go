@@ -98,3 +98,37 @@ func FuzzDecodeScalar(f *testing.F) {
 		}
 	})
 }
+
+// skipString finds a string's end whatever its length and wherever its
+// escapes fall, an escaped quote or backslash included, as a reading byte
+// by byte does.
+func TestSkipString(t *testing.T) {
+	naive := func(b []byte, i int) int {
+		for i++; i < len(b); i++ {
+			switch b[i] {
+			case '"':
+				return i + 1
+			case '\\':
+				i++
+			}
+		}
+		return len(b)
+	}
+	for n := 0; n < 72; n++ {
+		for _, esc := range []string{``, `\"`, `\\`, `\n`, `\u00e9`, `\\\"`} {
+			for at := 0; at <= n; at++ {
+				text := bytes.Repeat([]byte{'a'}, n)
+				s := append(append(append([]byte{'"'}, text[:at]...), esc...), text[at:]...)
+				s = append(s, `","x"`...)
+				want := naive(s, 0)
+				if got := skipString(s, 0); got != want {
+					t.Fatalf("skipString(%s) = %d, want %d", s, got, want)
+				}
+				var v string
+				if err := json.Unmarshal(s[:want], &v); err != nil {
+					t.Fatalf("%s: the string skipped, %s, is not one: %v", s, s[:want], err)
+				}
+			}
+		}
+	}
+}
