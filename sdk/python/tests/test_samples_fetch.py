@@ -110,6 +110,18 @@ def test_receive_buffer_reused_only_once_released(ledger):
     assert where(other) != at and np.array_equal(view, ids[:10])
 
 
+def test_close_lets_go_of_the_receive_buffers(ledger, url):
+    """Closing a client lets go of the buffers it kept for its next fetch."""
+    import rolloutledger as rl
+    from fetch_samples import make_run
+
+    run = make_run(ledger, groups=1, attempts=2, tokens=4_000, turn_tokens=2_000)
+    with rl.Ledger(url, source="test") as client:
+        client.samples(run, 1, format="arrow")
+        assert client._http._local.lent, "no buffer kept for the next fetch"
+    assert client._http._local.lent is None
+
+
 def test_torch_tensors_share_the_body(ledger, run_id):
     """Where torch is installed, to_torch() hands out tensors over the same
     memory as the arrays, the loss mask as a bool view."""

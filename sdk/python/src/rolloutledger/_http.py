@@ -58,10 +58,13 @@ class Transport:
         return conn
 
     def close(self):
+        """Closes this thread's connection and lets go of the receive
+        buffers it kept for the next large body (see lend and reuse)."""
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             conn.close()
             self._local.conn = None
+        self._local.spare = self._local.lent = None
 
     def request(
         self,
