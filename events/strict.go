@@ -644,7 +644,7 @@ func checkString(s string, fs *fieldSpec, path string) *FieldError {
 	return checkText(s, fs, path, true)
 }
 
-// checkText is checkString, with the UTF-8 check left out unless utf8
+// checkText is checkString, with the UTF-8 check left out unless
 // utf8Unknown is set: for text known to be valid.
 func checkText(s string, fs *fieldSpec, path string, utf8Unknown bool) *FieldError {
 	switch {

@@ -62,8 +62,8 @@ type arrowBodies struct {
 	scanned   bool
 }
 
-// keptBody is a batch's bodies on disk: the files stem + each
-// compression's suffix + ".arrow", and their size.
+// keptBody is a batch's bodies on disk: the files bodyFile(stem, c) of
+// each compression, and their size.
 type keptBody struct {
 	stem string
 	size int64
@@ -71,6 +71,10 @@ type keptBody struct {
 
 // compressions are the bodies stored for each batch.
 var compressions = []Compression{Uncompressed, LZ4}
+
+// bodyFile is the file of the body compressed as c of the batch whose
+// files have the given stem.
+func bodyFile(stem string, c Compression) string { return stem + c.Suffix() + ".arrow" }
 
 // bodyStem is the stem of a body file's path (false for another file).
 func bodyStem(path string) (string, bool) {
@@ -147,15 +151,14 @@ func (p *Projector) storeArrowBody(j bodyJob) error {
 	if err != nil {
 		return err
 	}
-	path, ok := p.arrowBodyPath(j.run, j.seq, digest, Uncompressed)
+	stem, ok := p.arrowBodyStem(j.run, j.seq, digest)
 	if !ok {
 		return fmt.Errorf("projector: digest %q names no file", digest)
 	}
-	stem, _ := bodyStem(path)
 	wrote := false
 	for _, c := range compressions {
 		var w bool
-		if w, err = p.storeArrowBodyAs(j, meta, stem+c.Suffix()+".arrow", c); err != nil {
+		if w, err = p.storeArrowBodyAs(j, meta, bodyFile(stem, c), c); err != nil {
 			err = fmt.Errorf("%s body: %w", c, err)
 			break
 		}
@@ -226,7 +229,7 @@ func (p *Projector) keepArrowBody(stem string) {
 	} else {
 		var size int64
 		for _, c := range compressions {
-			if st, err := os.Stat(stem + c.Suffix() + ".arrow"); err == nil {
+			if st, err := os.Stat(bodyFile(stem, c)); err == nil {
 				size += st.Size()
 			}
 		}
@@ -248,8 +251,8 @@ func (p *Projector) keepArrowBody(stem string) {
 		b.kept = b.kept[1:]
 		b.keptBytes -= old.size
 		for _, c := range compressions {
-			if err := os.Remove(old.stem + c.Suffix() + ".arrow"); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				p.log.Warn("removing an old batch's Arrow body failed", "path", old.stem+c.Suffix()+".arrow", "err", err)
+			if err := os.Remove(bodyFile(old.stem, c)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				p.log.Warn("removing an old batch's Arrow body failed", "path", bodyFile(old.stem, c), "err", err)
 			}
 		}
 	}
@@ -301,6 +304,17 @@ func (p *Projector) scanArrowBodies() ([]keptBody, int64) {
 // batch seq of run with the given digest ("sha256:<hex>"); false for a
 // digest that is not one.
 func (p *Projector) arrowBodyPath(run string, seq uint64, digest string, c Compression) (string, bool) {
+	stem, ok := p.arrowBodyStem(run, seq, digest)
+	if !ok {
+		return "", false
+	}
+	return bodyFile(stem, c), true
+}
+
+// arrowBodyStem is the stem of the files of batch seq of run with the
+// given digest, <Dir>/arrow/<run>/<seq>-<digest hex>; false for a digest
+// that is not one.
+func (p *Projector) arrowBodyStem(run string, seq uint64, digest string) (string, bool) {
 	h, ok := strings.CutPrefix(digest, "sha256:")
 	if !ok || len(h) != 64 || run == "" || strings.ContainsAny(run, `/\`) || run == "." || run == ".." {
 		return "", false
@@ -308,7 +322,7 @@ func (p *Projector) arrowBodyPath(run string, seq uint64, digest string, c Compr
 	if _, err := hex.DecodeString(h); err != nil {
 		return "", false
 	}
-	return filepath.Join(p.o.Dir, "arrow", run, strconv.FormatUint(seq, 10)+"-"+h+c.Suffix()+".arrow"), true
+	return filepath.Join(p.o.Dir, "arrow", run, strconv.FormatUint(seq, 10)+"-"+h), true
 }
 
 // ArrowBody opens the stored Arrow IPC body, compressed as c says, of

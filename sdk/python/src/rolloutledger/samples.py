@@ -69,10 +69,10 @@ def _torch():
 def arrow_codec_available(name: str) -> bool:
     """Whether pyarrow is installed and reads Arrow IPC buffers compressed
     with codec ``name`` ("lz4": the LZ4 frame format)."""
-    try:
-        import pyarrow  # noqa: PLC0415 - optional dependency
-    except ImportError:
+    if not have_pyarrow():
         return False
+    import pyarrow  # noqa: PLC0415 - optional dependency
+
     return bool(pyarrow.Codec.is_available(name))
 
 
