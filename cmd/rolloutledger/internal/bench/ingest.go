@@ -94,6 +94,12 @@ func (p *payload) meanSize() int {
 
 func ingestFigures(ctx context.Context, e *env) ([]*Figure, error) {
 	var figs []*Figure
+	// Every size is measured with as many records per request as the
+	// writers are given per call: the ledger and its client then hold the
+	// same records in flight, and the ratio is what the ledger adds. The
+	// large records run at two shapes: 8 a request (a trainer posting a
+	// few turns at a time, where round trips bound both) and 64 (where
+	// CPU does).
 	for _, sz := range []struct {
 		name    string
 		perBody int
@@ -101,15 +107,18 @@ func ingestFigures(ctx context.Context, e *env) ([]*Figure, error) {
 	}{
 		{"1KiB", 64, func(n int) (*payload, error) { return makePayload(1<<10, 256, n) }},
 		{"16KiB", 8, func(n int) (*payload, error) { return makePayload(16<<10, 256, n) }},
+		{"16KiB", 64, func(n int) (*payload, error) { return makePayload(16<<10, 256, n) }},
 		// The token plane's turn (the tokens group's bytes per token are
 		// of the same records): 2,048 completion and 512 observation
 		// tokens, ids and log-probs in base64.
 		{"2K-token v2 turn", 8, func(n int) (*payload, error) { return makeTokenPayload(128, n) }},
+		{"2K-token v2 turn", 64, func(n int) (*payload, error) { return makeTokenPayload(128, n) }},
 	} {
 		p, err := sz.make(sz.perBody)
 		if err != nil {
 			return nil, err
 		}
+		label := fmt.Sprintf("%s, %d a call", sz.name, sz.perBody)
 		total := 160 << 20 // bytes per run
 		if p.size > 4096 {
 			total = 256 << 20
@@ -119,19 +128,19 @@ func ingestFigures(ctx context.Context, e *env) ([]*Figure, error) {
 		}
 		n := total / p.size
 		n = max(sz.perBody, n/sz.perBody*sz.perBody)
-		http := &Figure{Name: "ingest POST /v1/events, " + sz.name + " events", Unit: "events/s",
+		http := &Figure{Name: "ingest POST /v1/events, " + label, Unit: "events/s",
 			Command: e.cmd(GroupIngest),
 			Note: fmt.Sprintf("%s events: %d turn.generated facts of %d B canonical JSON per run, %d per request, 8 HTTP workers, into the in-process stack (ingest only, kafkalog writer: acks=all, lz4), %d partitions keyed by %d runs",
 				sz.name, n, p.meanSize(), sz.perBody, ingestPartitions, ingestRuns)}
-		own := &Figure{Name: "kafkalog Writer alone, " + sz.name, Unit: "records/s",
+		own := &Figure{Name: "kafkalog Writer alone, " + label, Unit: "records/s",
 			Command: e.cmd(GroupIngest),
-			Note:    "the same records through the ingest's own writer, kafkalog.NewWriter (kafka-go's protocol layer: a queue per partition, one produce request per leader for every partition not in flight, acks=all, lz4), from 8 goroutines appending 64-record chunks: the ingest without HTTP and decoding"}
-		raw := &Figure{Name: "kafka-go Writer, " + sz.name, Unit: "records/s",
+			Note:    fmt.Sprintf("the same records through the ingest's own writer, kafkalog.NewWriter (kafka-go's protocol layer: a queue per partition, one produce request per leader for every partition not in flight, acks=all, lz4), from 8 goroutines appending %d-record chunks: the ingest without HTTP and decoding", sz.perBody)}
+		raw := &Figure{Name: "kafka-go Writer, " + label, Unit: "records/s",
 			Command: e.cmd(GroupIngest),
-			Note:    "the same records through kafka-go's own kafka.Writer with the settings the ledger used it with (acks=all, lz4, batches of up to 4,096 records closed after 2 ms, PartitionOf placement), from 8 goroutines appending 64-record chunks"}
-		perf := &Figure{Name: "kafka-producer-perf-test, " + sz.name, Unit: "records/s"}
+			Note:    fmt.Sprintf("the same records through kafka-go's own kafka.Writer with the settings the ledger used it with (acks=all, lz4, batches of up to 4,096 records closed after 2 ms, PartitionOf placement), from 8 goroutines appending %d-record chunks, as many as each request above carries", sz.perBody)}
+		perf := &Figure{Name: "kafka-producer-perf-test, " + label, Unit: "records/s"}
 		for run := range e.o.Runs {
-			e.log.Info("ingest", "size", sz.name, "run", run+1)
+			e.log.Info("ingest", "size", sz.name, "per call", sz.perBody, "run", run+1)
 			if err := perfRun(ctx, e, p, n, perf, "Apache Kafka's ProducerPerformance from the same jars as the broker, on the same broker, same records (--payload-file of the canonical records above), acks=all, lz4, one producer"); err != nil {
 				return nil, err
 			}
@@ -140,12 +149,12 @@ func ingestFigures(ctx context.Context, e *env) ([]*Figure, error) {
 				return nil, err
 			}
 			http.Runs = append(http.Runs, v)
-			v, err = ingestWriter(ctx, e, p, n)
+			v, err = ingestWriter(ctx, e, p, n, sz.perBody)
 			if err != nil {
 				return nil, err
 			}
 			own.Runs = append(own.Runs, v)
-			v, err = kafkaGoWriter(ctx, e, p, n)
+			v, err = kafkaGoWriter(ctx, e, p, n, sz.perBody)
 			if err != nil {
 				return nil, err
 			}
@@ -153,7 +162,7 @@ func ingestFigures(ctx context.Context, e *env) ([]*Figure, error) {
 		}
 		// The ingest beside its client: the same runs, their ratio to
 		// kafka-go's Writer measured back to back.
-		vsClient := &Figure{Name: "ingest POST /v1/events beside kafka-go Writer, " + sz.name, Unit: "events/s", Command: e.cmd(GroupIngest),
+		vsClient := &Figure{Name: "ingest POST /v1/events beside kafka-go Writer, " + label, Unit: "events/s", Command: e.cmd(GroupIngest),
 			Runs: http.Runs, Note: "the ingest's runs above, each divided by the kafka-go Writer run beside it: what the ledger adds to its client"}
 		vsClient.link = func(map[string]*Figure) { vsClient.against(raw, 0.9, ">= 0.9 of kafka-go's Writer") }
 		http.link = func(m map[string]*Figure) { http.against(perf, 0.70, ">= 70% of kafka-producer-perf-test") }
@@ -230,9 +239,9 @@ func inParallel(n int, do func(i int) error) (time.Duration, error) {
 	return time.Since(start), firstErr
 }
 
-// ingestWriter appends n records of p with the ingest's own writer
-// settings and returns records/s acknowledged.
-func ingestWriter(ctx context.Context, e *env, p *payload, n int) (float64, error) {
+// ingestWriter appends n records of p, per at a time, with the ingest's
+// own writer settings and returns records/s acknowledged.
+func ingestWriter(ctx context.Context, e *env, p *payload, n, per int) (float64, error) {
 	kc := e.kafka("writer", ingestPartitions)
 	if _, err := kafkalog.EnsureTopics(ctx, kc); err != nil {
 		return 0, err
@@ -240,9 +249,9 @@ func ingestWriter(ctx context.Context, e *env, p *payload, n int) (float64, erro
 	w := kafkalog.NewWriter(kc, kc.FactsTopic(), kafkalog.WriterOptions{})
 	defer w.Close()
 	chunk := func(i int) []kafkalog.Record {
-		recs := make([]kafkalog.Record, 64)
+		recs := make([]kafkalog.Record, per)
 		for j := range recs {
-			k := (i*64 + j) % len(p.records)
+			k := (i*per + j) % len(p.records)
 			recs[j] = kafkalog.Record{Key: p.keys[k], Value: p.records[k]}
 		}
 		return recs
@@ -250,7 +259,7 @@ func ingestWriter(ctx context.Context, e *env, p *payload, n int) (float64, erro
 	if _, err := w.Append(ctx, chunk(0)); err != nil {
 		return 0, err
 	}
-	chunks := max(1, n/64)
+	chunks := max(1, n/per)
 	took, err := inParallel(chunks, func(i int) error {
 		_, err := w.Append(ctx, chunk(i))
 		return err
@@ -258,13 +267,13 @@ func ingestWriter(ctx context.Context, e *env, p *payload, n int) (float64, erro
 	if err != nil {
 		return 0, err
 	}
-	return float64(chunks*64) / took.Seconds(), nil
+	return float64(chunks*per) / took.Seconds(), nil
 }
 
-// kafkaGoWriter appends n records of p through kafka-go's own Writer with
-// the settings the ledger used it with, and returns records/s
-// acknowledged.
-func kafkaGoWriter(ctx context.Context, e *env, p *payload, n int) (float64, error) {
+// kafkaGoWriter appends n records of p, per at a time, through kafka-go's
+// own Writer with the settings the ledger used it with, and returns
+// records/s acknowledged.
+func kafkaGoWriter(ctx context.Context, e *env, p *payload, n, per int) (float64, error) {
 	kc := e.kafka("kafka-go", ingestPartitions)
 	if _, err := kafkalog.EnsureTopics(ctx, kc); err != nil {
 		return 0, err
@@ -279,9 +288,9 @@ func kafkaGoWriter(ctx context.Context, e *env, p *payload, n int) (float64, err
 	}
 	defer w.Close()
 	chunk := func(i int) []kafka.Message {
-		msgs := make([]kafka.Message, 64)
+		msgs := make([]kafka.Message, per)
 		for j := range msgs {
-			k := (i*64 + j) % len(p.records)
+			k := (i*per + j) % len(p.records)
 			msgs[j] = kafka.Message{Key: p.keys[k], Value: p.records[k]}
 		}
 		return msgs
@@ -289,12 +298,12 @@ func kafkaGoWriter(ctx context.Context, e *env, p *payload, n int) (float64, err
 	if err := w.WriteMessages(ctx, chunk(0)...); err != nil {
 		return 0, err
 	}
-	chunks := max(1, n/64)
+	chunks := max(1, n/per)
 	took, err := inParallel(chunks, func(i int) error { return w.WriteMessages(ctx, chunk(i)...) })
 	if err != nil {
 		return 0, err
 	}
-	return float64(chunks*64) / took.Seconds(), nil
+	return float64(chunks*per) / took.Seconds(), nil
 }
 
 var errNoKafkaLibs = errors.New("Apache Kafka's jars not found: pass --kafka-libs (the directory holding kafka-tools-*.jar and its dependencies) or run scripts/services.sh start, which installs them under .services/kafka/libs")
