@@ -19,9 +19,11 @@ import (
 // slowly they may arrive. The zero value means the defaults below.
 //
 // A body is charged by what actually arrives, never by what its
-// Content-Length declares: it is read into a buffer that grows as bytes
-// come, and each growth is charged before it is made (the charge is what
-// the buffer pins, at most twice what arrived plus [InitialBodyBuffer]).
+// Content-Length declares: it is read into room that grows as bytes come,
+// and each growth is charged before it is made (the charge is at most
+// twice what arrived plus [InitialBodyBuffer]). The room is in a buffer
+// taken from a pool, of the next power of two, which goes back to the
+// pool when the body is released.
 // So a client that declares 64 MiB and dribbles a byte now and then holds
 // a few KiB, not 64 MiB, and is cut off by the floor rate.
 //
@@ -210,8 +212,9 @@ func WriteBodyError(w http.ResponseWriter, err error) {
 }
 
 // Read reads r's body whole within the limits. release gives back what
-// the body was charged; call it (it is never nil) once the body and what
-// was made of it are no longer needed. err is a [*BodyError]: 413 for a
+// the body was charged and its buffer; call it (it is never nil) once the
+// body and what was made of it are no longer needed: the buffer is reused
+// for other bodies after it. err is a [*BodyError]: 413 for a
 // body over MaxBytes, 408 for one that arrives slower than the floor or
 // past the server's ReadTimeout, 503 when the budget has no room within
 // Wait, 400 when the client went away or the framing is broken.
@@ -224,6 +227,7 @@ func (l *BodyLimiter) Read(w http.ResponseWriter, r *http.Request) (body []byte,
 	key := o.Key(r)
 	c := l.client(key)
 	var held int64
+	var buf []byte
 	release = func() {
 		if held > 0 {
 			l.sem.Release(held)
@@ -231,6 +235,8 @@ func (l *BodyLimiter) Read(w http.ResponseWriter, r *http.Request) (body []byte,
 			l.held.Add(-held)
 			held = 0
 		}
+		putBodyBuffer(buf)
+		buf = nil
 		l.leave(key, c)
 	}
 	// want is how large the buffer may have to get: the declared length,
@@ -265,7 +271,11 @@ func (l *BodyLimiter) Read(w http.ResponseWriter, r *http.Request) (body []byte,
 	if err := grow(max(first, 1)); err != nil {
 		return nil, release, err
 	}
-	buf := make([]byte, 0, first)
+	// The buffer comes from a pool and may be larger than its charge
+	// (up to the next power of two): reads stop at the charge, room, so
+	// what a body is charged is what it could have filled.
+	room := first
+	buf = getBodyBuffer(first)
 	for {
 		if int64(len(buf)) == want {
 			// The buffer holds all a body may have: one more byte means it
@@ -284,16 +294,19 @@ func (l *BodyLimiter) Read(w http.ResponseWriter, r *http.Request) (body []byte,
 			}
 			continue
 		}
-		if len(buf) == cap(buf) {
-			next := min(max(2*int64(cap(buf)), InitialBodyBuffer), want)
-			if err := grow(next - int64(cap(buf))); err != nil {
+		if int64(len(buf)) == room {
+			next := min(max(2*room, InitialBodyBuffer), want)
+			if err := grow(next - room); err != nil {
 				return nil, release, err
 			}
-			nb := make([]byte, len(buf), next)
-			copy(nb, buf)
-			buf = nb
+			room = next
+			if int64(cap(buf)) < room {
+				nb := append(getBodyBuffer(room), buf...)
+				putBodyBuffer(buf)
+				buf = nb
+			}
 		}
-		n, err := r.Body.Read(buf[len(buf):cap(buf)])
+		n, err := r.Body.Read(buf[len(buf):room])
 		buf = buf[:len(buf)+n]
 		fl.add(n)
 		if err == io.EOF {
@@ -475,4 +488,49 @@ func (f *floor) stop() {
 	if f.timer != nil {
 		f.timer.Stop()
 	}
+}
+
+// bodyBufferClasses is how many sizes of body buffer are pooled: powers of
+// two from [InitialBodyBuffer] to DefaultMaxBodyBytes. A larger buffer is
+// made for its body and left to the collector.
+const bodyBufferClasses = 13
+
+// bodyBuffers pools the buffers bodies are read into, class i holding
+// buffers of capacity InitialBodyBuffer<<i. A body's buffer goes back when
+// its release is called, so a server taking large bodies at a high rate
+// reuses a few buffers instead of allocating (and zeroing) one for every
+// request; a pool's buffers not taken again are freed by the collector.
+var bodyBuffers [bodyBufferClasses]sync.Pool
+
+// bodyBufferClass is the class of the smallest pooled buffer of at least n
+// bytes, or -1 when n is beyond the largest.
+func bodyBufferClass(n int64) int {
+	for c := range bodyBufferClasses {
+		if n <= int64(InitialBodyBuffer)<<c {
+			return c
+		}
+	}
+	return -1
+}
+
+// getBodyBuffer returns an empty buffer of at least n bytes.
+func getBodyBuffer(n int64) []byte {
+	c := bodyBufferClass(n)
+	if c < 0 {
+		return make([]byte, 0, n)
+	}
+	if b, ok := bodyBuffers[c].Get().(*[]byte); ok {
+		return (*b)[:0]
+	}
+	return make([]byte, 0, int64(InitialBodyBuffer)<<c)
+}
+
+// putBodyBuffer gives b back to its class's pool; a buffer of no class's
+// exact size (a large body's) is left to the collector.
+func putBodyBuffer(b []byte) {
+	c := bodyBufferClass(int64(cap(b)))
+	if c < 0 || int64(cap(b)) != int64(InitialBodyBuffer)<<c {
+		return
+	}
+	bodyBuffers[c].Put(&b)
 }

@@ -117,10 +117,12 @@ func start(l *BodyLimiter, length int64, client string) *upload {
 	return u
 }
 
-// wait waits for the upload's Read to return, releasing its charge.
+// wait waits for the upload's Read to return, keeps a copy of the body
+// (its buffer is reused once released) and releases its charge.
 func (u *upload) wait(t *testing.T) {
 	t.Helper()
 	<-u.done
+	u.got = bytes.Clone(u.got)
 	u.rel()
 }
 
@@ -373,5 +375,55 @@ func TestBodyLimitsValidate(t *testing.T) {
 	}
 	if o := (BodyLimits{MaxBytes: 10 << 20, Budget: 1 << 20}).withDefaults(); o.PerClient != 10<<20 || o.Budget != 10<<20 {
 		t.Errorf("a budget below the bound: got per client %d, budget %d; want both raised to the bound", o.PerClient, o.Budget)
+	}
+}
+
+// Buffers go back to a pool when a body is released and are taken again
+// by later bodies: each body read reads as exactly its own bytes, whatever
+// larger or smaller body the buffer held before, declared or chunked.
+func TestBodyLimiterReusedBuffersHoldOnlyTheirBody(t *testing.T) {
+	l := NewBodyLimiter(BodyLimits{MaxBytes: 4 << 20, MinRate: -1})
+	sizes := []int{3 << 20, 1, 0, 100 << 10, InitialBodyBuffer, InitialBodyBuffer + 1, 2 << 20, 5, 3<<20 + 7}
+	for round := range 3 {
+		for i, n := range sizes {
+			want := bytes.Repeat([]byte{byte('a' + (i+round)%26)}, n)
+			for _, length := range []int64{int64(n), -1} {
+				req := httptest.NewRequest(http.MethodPost, "/v1/events", bytes.NewReader(want))
+				req.ContentLength = length
+				got, release, err := l.Read(httptest.NewRecorder(), req)
+				if err != nil {
+					t.Fatalf("body of %d bytes (declared %d): %v", n, length, err)
+				}
+				if !bytes.Equal(got, want) {
+					t.Fatalf("round %d, body of %d bytes (declared %d): read %d bytes, not the body sent", round, n, length, len(got))
+				}
+				release()
+			}
+		}
+	}
+	if got := l.Held(); got != 0 {
+		t.Errorf("after every release: %d bytes held, want 0", got)
+	}
+}
+
+// Buffers past the largest pooled size are made for their body and never
+// pooled; pooled ones come in their class's exact size.
+func TestBodyBufferClasses(t *testing.T) {
+	for _, c := range []struct {
+		n       int64
+		wantCap int64
+	}{
+		{0, InitialBodyBuffer}, {1, InitialBodyBuffer}, {InitialBodyBuffer, InitialBodyBuffer},
+		{InitialBodyBuffer + 1, 2 * InitialBodyBuffer}, {DefaultMaxBodyBytes, DefaultMaxBodyBytes},
+		{DefaultMaxBodyBytes + 1, DefaultMaxBodyBytes + 1},
+	} {
+		b := getBodyBuffer(c.n)
+		if int64(cap(b)) != c.wantCap || len(b) != 0 {
+			t.Errorf("buffer for %d bytes: len %d cap %d, want empty with cap %d", c.n, len(b), cap(b), c.wantCap)
+		}
+		if c.n > DefaultMaxBodyBytes && bodyBufferClass(int64(cap(b))) >= 0 {
+			t.Errorf("a buffer of %d bytes has a pool class", cap(b))
+		}
+		putBodyBuffer(b)
 	}
 }
