@@ -44,17 +44,23 @@ var strictBase64 = base64.StdEncoding.Strict()
 // which case binary values decode straight into the slice's memory.
 var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 
-// decodeBase64 decodes the base64 text into a fresh slice of n-byte
-// values, returning the byte length decoded and, when the text is not
-// strict standard base64, why.
-func decodeBase64[T int32 | float32](text []byte) (_ []T, size int, why string) {
+// decodeBase64 decodes the base64 text into a slice of 4-byte values,
+// fresh or (with a) carved from a, returning the byte length decoded and,
+// when the text is not strict standard base64, why.
+func decodeBase64[T int32 | float32](text []byte, a *wordArena) (_ []T, size int, why string) {
 	if len(text)%4 != 0 {
 		return nil, 0, base64Problem(text)
 	}
 	// DecodedLen counts the padding characters as bytes: room for two more
 	// than the data, which the slice's last element absorbs.
 	room := strictBase64.DecodedLen(len(text))
-	out := make([]T, (room+3)/4)
+	var out []T
+	if a != nil {
+		w := a.take((room + 3) / 4)
+		out = unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(w))), len(w))
+	} else {
+		out = make([]T, (room+3)/4)
+	}
 	var dst []byte
 	if littleEndian {
 		dst = unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(out))), len(out)*4)
@@ -71,7 +77,34 @@ func decodeBase64[T int32 | float32](text []byte) (_ []T, size int, why string) 
 			out[i] = *(*T)(unsafe.Pointer(&u))
 		}
 	}
-	return out[:n/4], n, ""
+	// Capped: an append to the values must not run into the next ones.
+	return out[: n/4 : n/4], n, ""
+}
+
+// wordArena hands out slices of 4-byte words from chunks it keeps, for
+// the decoded binary fields of a batch (see [Canonicalizer]). Chunks are
+// not zeroed when reused: every slice handed out is written whole before
+// it is read.
+type wordArena struct {
+	chunk []uint32 // the chunk being carved, len = words handed out
+	hint  int      // words the batch may need, the least a new chunk holds
+}
+
+// take returns n words of the arena.
+func (a *wordArena) take(n int) []uint32 {
+	if cap(a.chunk)-len(a.chunk) < n {
+		// Earlier slices keep the old chunk alive while they are.
+		a.chunk = make([]uint32, 0, max(n, a.hint, 2*cap(a.chunk)))
+	}
+	lo := len(a.chunk)
+	a.chunk = a.chunk[:lo+n]
+	return a.chunk[lo : lo+n : lo+n]
+}
+
+// reset makes the arena's words free again, keeping its latest chunk; a
+// chunk made for the next batch holds at least hint words.
+func (a *wordArena) reset(hint int) {
+	a.chunk, a.hint = a.chunk[:0], hint
 }
 
 // base64Problem words why text is not strict standard base64. It runs
@@ -103,8 +136,8 @@ func base64Problem(text []byte) string {
 // decodeInt32LE decodes a binary int32le field and checks its values by
 // the field's tags. path names the field in errors; its elements are
 // path[i].
-func decodeInt32LE(text []byte, fs *fieldSpec, path string) ([]int32, *FieldError) {
-	out, size, why := decodeBase64[int32](text)
+func decodeInt32LE(text []byte, fs *fieldSpec, path string, a *wordArena) ([]int32, *FieldError) {
+	out, size, why := decodeBase64[int32](text, a)
 	if why != "" {
 		return nil, fieldErr(path, ErrInvalidValue, "%s", why)
 	}
@@ -128,8 +161,8 @@ func decodeInt32LE(text []byte, fs *fieldSpec, path string) ([]int32, *FieldErro
 
 // decodeFloat32LE decodes a binary float32le field: every value finite,
 // and within the field's tags.
-func decodeFloat32LE(text []byte, fs *fieldSpec, path string) ([]float32, *FieldError) {
-	out, size, why := decodeBase64[float32](text)
+func decodeFloat32LE(text []byte, fs *fieldSpec, path string, a *wordArena) ([]float32, *FieldError) {
+	out, size, why := decodeBase64[float32](text, a)
 	if why != "" {
 		return nil, fieldErr(path, ErrInvalidValue, "%s", why)
 	}

@@ -143,7 +143,7 @@ func Decode(record []byte) (Event, error) {
 // or an array of them. It stops at the first invalid event: the returned
 // error is a [*FieldError] whose Index names it, and no events are returned.
 func DecodeBatch(body []byte) ([]Event, error) {
-	evs, _, err := decodeBatch(body, false)
+	evs, _, err := decodeBatch(body, false, nil)
 	return evs, err
 }
 
@@ -154,24 +154,57 @@ func DecodeBatch(body []byte) ([]Event, error) {
 // encoding of the values but the one canonical form, so the text a
 // producer sent is that form (docs/design.md §18.2).
 func CanonicalBatch(body []byte) ([]Event, [][]byte, error) {
-	evs, states, err := decodeBatch(body, true)
+	var c Canonicalizer
+	return c.Batch(body)
+}
+
+// A Canonicalizer is [CanonicalBatch] with memory kept from one call to the
+// next: the values of the events' binary fields and the canonical records
+// are carved from buffers it keeps, so that a server taking large bodies
+// at a high rate does not allocate (and zero) them for every request.
+//
+// What Batch returns stays valid until the next Batch of the same
+// Canonicalizer; drop the Canonicalizer instead of reusing it while
+// anything may still read them. A Canonicalizer is not safe for concurrent
+// use. The zero value is ready.
+type Canonicalizer struct {
+	words   wordArena
+	records []byte // canonical records, end to end
+}
+
+// Batch is [CanonicalBatch] into c's memory.
+func (c *Canonicalizer) Batch(body []byte) ([]Event, [][]byte, error) {
+	// Base64 holds 3 bytes in 4 characters: the values of a body's binary
+	// fields take at most 3/16 as many words as it has bytes. A canonical
+	// record is about as long as the event as sent.
+	c.words.reset(len(body)*3/16 + 1)
+	if cap(c.records) < len(body) {
+		c.records = make([]byte, 0, len(body)+len(body)/8)
+	}
+	c.records = c.records[:0]
+	evs, states, err := decodeBatch(body, true, &c.words)
 	if err != nil {
 		return nil, nil, err
 	}
 	out := make([][]byte, len(evs))
 	for i, ev := range evs {
-		b, err := encode(ev, states[i].binary)
+		start := len(c.records)
+		b, err := appendEncoded(c.records, ev, states[i].binary)
 		if err != nil {
 			return nil, nil, batchError(i, err)
 		}
-		out[i] = b
+		// A record that did not fit moved the buffer (the records before
+		// it stay where they were); each is capped, so that an append to
+		// one cannot run into the next.
+		c.records = b
+		out[i] = b[start:len(b):len(b)]
 	}
 	return evs, out, nil
 }
 
 // decodeBatch is DecodeBatch; with keep, it also returns each event's
 // decodeState.
-func decodeBatch(body []byte, keep bool) ([]Event, []decodeState, error) {
+func decodeBatch(body []byte, keep bool, arena *wordArena) ([]Event, []decodeState, error) {
 	var states []decodeState
 	body = bytes.TrimSpace(body)
 	if len(body) == 0 {
@@ -181,7 +214,7 @@ func decodeBatch(body []byte, keep bool) ([]Event, []decodeState, error) {
 	if fe := checkDepth(body); fe != nil {
 		return nil, nil, fe
 	}
-	st := decodeState{ingest: true}
+	st := decodeState{ingest: true, arena: arena}
 	// Invalid UTF-8 is left to decodeOne, which runs per event and so names
 	// the event that holds it.
 	if body[0] != '[' {
@@ -205,7 +238,7 @@ func decodeBatch(body []byte, keep bool) ([]Event, []decodeState, error) {
 		states = make([]decodeState, len(items))
 	}
 	for i, item := range items {
-		st = decodeState{ingest: true}
+		st = decodeState{ingest: true, arena: arena}
 		ev, fe := decodeValidJSON(item, &st)
 		if fe != nil {
 			fe.Index = i
@@ -289,11 +322,16 @@ func Encode(ev Event) ([]byte, error) {
 // encode is Encode; binary holds the received text of binary fields of
 // the event's wire form, when it was just decoded (see CanonicalBatch).
 func encode(ev Event, binary []binaryText) ([]byte, error) {
+	return appendEncoded(make([]byte, 0, 512), ev, binary)
+}
+
+// appendEncoded appends the record encode writes to out.
+func appendEncoded(out []byte, ev Event, binary []binaryText) ([]byte, error) {
 	wire, err := downcast(ev.Type, ev.V, ev.Data)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]byte, 0, 512)
+	start := len(out)
 	out = append(out, `{"id":`...)
 	out = appendJSONString(out, ev.ID)
 	out = append(out, `,"run":`...)
@@ -312,8 +350,8 @@ func encode(ev Event, binary []binaryText) ([]byte, error) {
 		return nil, fmt.Errorf("events: encode %s data: %w", ev.Type, err)
 	}
 	out = append(out, '}')
-	if len(out) > MaxRecordBytes {
-		return nil, &FieldError{Err: ErrTooLarge, Detail: fmt.Sprintf("%d bytes encoded, more than %d", len(out), MaxRecordBytes)}
+	if n := len(out) - start; n > MaxRecordBytes {
+		return nil, &FieldError{Err: ErrTooLarge, Detail: fmt.Sprintf("%d bytes encoded, more than %d", n, MaxRecordBytes)}
 	}
 	return out, nil
 }

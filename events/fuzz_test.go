@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/rolloutledger/rolloutledger/events"
@@ -171,6 +172,20 @@ func checkCanonicalBatch(t *testing.T, body []byte, decodeErr error) {
 	if !reflect.DeepEqual(evs, want) || !slices.EqualFunc(recs, wantRecs, bytes.Equal) {
 		t.Fatalf("CanonicalBatch differs from DecodeBatch and EncodeBatch of %q", body)
 	}
+	// A Canonicalizer reused from body to body, its memory holding what
+	// earlier bodies left, gives the same.
+	reused.Lock()
+	defer reused.Unlock()
+	revs, rrecs, err := reused.c.Batch(body)
+	if err != nil || !reflect.DeepEqual(revs, want) || !slices.EqualFunc(rrecs, wantRecs, bytes.Equal) {
+		t.Fatalf("a reused Canonicalizer differs from DecodeBatch and EncodeBatch of %q (%v)", body, err)
+	}
+}
+
+// reused is the Canonicalizer checkCanonicalBatch reuses for every body.
+var reused struct {
+	sync.Mutex
+	c events.Canonicalizer
 }
 
 func FuzzDecodeBatch(f *testing.F) {

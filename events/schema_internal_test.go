@@ -230,7 +230,7 @@ func TestReceivedBinaryTextIsCopied(t *testing.T) {
 		`"source":"e","data":{"attempt":"a","turn":0,"prompt_tokens":1,"completion_tokens":1,"cached_tokens":0,` +
 		`"version_segments":[{"start":0,"policy_version":0}],"observation_token_ids":"BwAAAA==","token_ids":"CwAAAA==","logprobs":"AACAvw==",` +
 		`"finish":"stop","latency_ms":1}}`)
-	evs, states, err := decodeBatch(body, true)
+	evs, states, err := decodeBatch(body, true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,8 +265,8 @@ func TestBinaryPortablePath(t *testing.T) {
 	lps := []float32{0, -0.5, -1e-30, -3.4e38, 1.5}
 	run := func() (string, string, []int32, []float32) {
 		ti, tf := appendBase64(nil, ids), appendBase64(nil, lps)
-		gi, _, why := decodeBase64[int32](ti)
-		gf, _, why2 := decodeBase64[float32](tf)
+		gi, _, why := decodeBase64[int32](ti, nil)
+		gf, _, why2 := decodeBase64[float32](tf, nil)
 		if why != "" || why2 != "" {
 			t.Fatalf("%s %s", why, why2)
 		}

@@ -195,6 +195,18 @@ type decodeState struct {
 	// inner marks the shared state of the objects inside a fact, which
 	// collects nothing.
 	inner bool
+	// arena, when set, is where the data's own binary fields decode to
+	// (see Canonicalizer).
+	arena *wordArena
+}
+
+// words is the arena the data's own binary fields decode into, or nil
+// for fresh slices.
+func (st *decodeState) words() *wordArena {
+	if st == nil || st.inner {
+		return nil
+	}
+	return st.arena
 }
 
 // ingestInner is the state of every object inside a fact on its way in:
@@ -300,7 +312,7 @@ func decodeObject(raw []byte, rv reflect.Value, path string, st *decodeState) *F
 			}
 		}
 		if fs.format != "" {
-			text, fe := decodeBinary(val, rv.Field(fs.index), fs, fpath)
+			text, fe := decodeBinary(val, rv.Field(fs.index), fs, fpath, st.words())
 			if fe != nil {
 				return fe
 			}
@@ -324,7 +336,7 @@ func decodeObject(raw []byte, rv reflect.Value, path string, st *decodeState) *F
 // decodeBinary fills the []int32 or []float32 fv from raw, a JSON string
 // of base64 (see binary.go), and returns the string's text. The empty
 // string means absent: fv stays nil and the text is nil.
-func decodeBinary(raw []byte, fv reflect.Value, fs *fieldSpec, path string) ([]byte, *FieldError) {
+func decodeBinary(raw []byte, fv reflect.Value, fs *fieldSpec, path string, a *wordArena) ([]byte, *FieldError) {
 	if len(raw) < 2 || raw[0] != '"' {
 		return nil, fieldErr(path, ErrWrongType, "want a base64 string of %s values, got %s", fs.format, jsonKind(raw))
 	}
@@ -352,13 +364,13 @@ func decodeBinary(raw []byte, fv reflect.Value, fs *fieldSpec, path string) ([]b
 		}
 		fv.SetBytes(out)
 	case formatInt32LE:
-		out, fe := decodeInt32LE(text, fs, path)
+		out, fe := decodeInt32LE(text, fs, path, a)
 		if fe != nil {
 			return nil, fe
 		}
 		fv.Set(reflect.ValueOf(out))
 	default:
-		out, fe := decodeFloat32LE(text, fs, path)
+		out, fe := decodeFloat32LE(text, fs, path, a)
 		if fe != nil {
 			return nil, fe
 		}

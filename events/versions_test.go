@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -362,6 +363,52 @@ func TestCanonicalBatchCopiesBinaryText(t *testing.T) {
 	}
 	if !bytes.Equal(recs2[0], recs[0]) {
 		t.Errorf("escaped base64 is not stored unescaped")
+	}
+}
+
+// A Canonicalizer reused for bodies of every size gives each the records
+// and events CanonicalBatch gives, and what one call returns is separate:
+// an append to one event's values or to one record does not run into the
+// next.
+func TestCanonicalizerReused(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	turn := func(n int) string {
+		ids, lps := make([]int32, n), make([]float32, n)
+		for i := range ids {
+			ids[i], lps[i] = r.Int32N(151936), -r.Float32()*8
+		}
+		return turn2(append(turnV2Bare.del("finish").del("latency_ms").set("completion_tokens", strconv.Itoa(n)),
+			kv{"token_ids", q(b64i(ids...))}, kv{"logprobs", q(b64f(lps...))}, kv{"finish", q("stop")}, kv{"latency_ms", "900"}))
+	}
+	var c events.Canonicalizer
+	for _, sizes := range [][]int{{2048, 2048}, {1}, {4096, 16, 2048, 3}, {0}, {8192, 8192, 8192}} {
+		var items []string
+		for _, n := range sizes {
+			items = append(items, turn(n))
+		}
+		body := []byte("[" + strings.Join(items, ",") + "]")
+		want, wantRecs, err := events.CanonicalBatch(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs, recs, err := c.Batch(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(evs, want) || !slices.EqualFunc(recs, wantRecs, bytes.Equal) {
+			t.Fatalf("turns of %v tokens: a reused Canonicalizer differs from CanonicalBatch", sizes)
+		}
+		if len(evs) < 2 {
+			continue
+		}
+		first, second := evs[0].Data.(*events.TurnGenerated), evs[1].Data.(*events.TurnGenerated)
+		lps, next, nextRec := slices.Clone(first.Logprobs), slices.Clone(second.TokenIDs), slices.Clone(recs[1])
+		_ = append(first.TokenIDs, 1, 2, 3, 4)
+		_ = append(first.Logprobs, -1, -2, -3, -4)
+		_ = append(recs[0], "garbage"...)
+		if !slices.Equal(first.Logprobs, lps) || !slices.Equal(second.TokenIDs, next) || !bytes.Equal(recs[1], nextRec) {
+			t.Fatalf("turns of %v tokens: appending to the first event's values or record changed other values or records", sizes)
+		}
 	}
 }
 

@@ -34,7 +34,11 @@ func (r *recorder) Append(_ context.Context, recs []kafkalog.Record) ([]kafkalog
 	for i := range recs {
 		pos[i] = kafkalog.Position{Partition: 0, Offset: int64(len(r.recs) + i)}
 	}
-	r.recs = append(r.recs, recs...)
+	// The ingest reuses the values' memory once Append returned.
+	for _, rec := range recs {
+		rec.Value = bytes.Clone(rec.Value)
+		r.recs = append(r.recs, rec)
+	}
 	return pos, nil
 }
 

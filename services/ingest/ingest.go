@@ -13,6 +13,7 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rolloutledger/rolloutledger/events"
@@ -23,7 +24,9 @@ import (
 )
 
 // Appender appends records durably and reports where they landed.
-// [*kafkalog.Writer] is the production implementation.
+// [*kafkalog.Writer] is the production implementation. The records' bytes
+// are the ingest's to reuse once Append returned without error: an
+// Appender that keeps them copies them.
 type Appender interface {
 	Append(ctx context.Context, recs []kafkalog.Record) ([]kafkalog.Position, error)
 }
@@ -172,7 +175,17 @@ func (s *Service) postEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	// The canonical records copy each v2 binary field's base64 as
 	// received: strict decoding proved it the one encoding of its values.
-	evs, values, err := events.CanonicalBatch(body)
+	// They and the events are carved from a pooled Canonicalizer, given
+	// back once the answer is written, unless an append that failed may
+	// have left them with the writer.
+	cz := canonicalizers.Get().(*events.Canonicalizer)
+	reuse := true
+	defer func() {
+		if reuse {
+			canonicalizers.Put(cz)
+		}
+	}()
+	evs, values, err := cz.Batch(body)
 	var recs []kafkalog.Record
 	if err == nil {
 		recs = records(evs, values)
@@ -197,6 +210,8 @@ func (s *Service) postEvents(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	pos, err := s.Appender.Append(ctx, recs)
 	if err != nil {
+		// Records the writer may still send must not be overwritten.
+		reuse = false
 		countEvents(r.Context(), m, evs, telemetry.OutcomeUnavailable)
 		s.log().WarnContext(r.Context(), "append failed", "events", len(evs), "run", evs[0].Run, "err", err)
 		httpx.WriteError(w, http.StatusServiceUnavailable, "not_acknowledged",
@@ -210,6 +225,10 @@ func (s *Service) postEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	httpx.WriteJSON(w, http.StatusOK, resp)
 }
+
+// canonicalizers keep the memory of the events and records of requests
+// already answered, for the next ones (see [events.Canonicalizer]).
+var canonicalizers = sync.Pool{New: func() any { return new(events.Canonicalizer) }}
 
 // checkContentType accepts exactly one Content-Type, application/json with
 // no parameter but an optional charset=utf-8, and otherwise says what is
