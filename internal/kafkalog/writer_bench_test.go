@@ -2,7 +2,9 @@ package kafkalog_test
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,11 +17,12 @@ import (
 	"github.com/rolloutledger/rolloutledger/internal/testenv"
 )
 
-// BenchmarkAppend appends 1 KiB records over 24 keys to 12 partitions from
-// 8 goroutines in 64-record appends, as the ingest's HTTP workers do,
-// through the ledger's Writer and through kafka-go's own Writer with the
-// same settings (acks=all, lz4): the ratio of the two is what the ledger's
-// use of its client adds or saves.
+// BenchmarkAppend appends records of 1 KiB and of 16 KiB (a turn with its
+// tokens) over 24 keys to 12 partitions from 8 goroutines in 64-record
+// appends, as the ingest's HTTP workers do, through the ledger's Writer
+// and through kafka-go's own Writer with the same settings (acks=all,
+// lz4): the ratio of the two is what the ledger's use of its client adds
+// or saves.
 //
 //	go test -run='^$' -bench=Append -benchtime=100000x ./internal/kafkalog/
 func BenchmarkAppend(b *testing.B) {
@@ -30,72 +33,89 @@ func BenchmarkAppend(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer kafkalog.DeleteTopics(context.Background(), kc, kc.FactsTopic(), kc.DecisionsTopic())
-	value := make([]byte, 1<<10)
-	for i := range value {
-		value[i] = 'a' + byte(i*7919%26)
-	}
 	keys := make([][]byte, 24)
 	for i := range keys {
 		keys[i] = fmt.Appendf(nil, "bench-run-%02d", i)
 	}
-	chunk := func(i int) []kafkalog.Record {
-		recs := make([]kafkalog.Record, 64)
-		for j := range recs {
-			recs[j] = kafkalog.Record{Key: keys[(i*64+j)%len(keys)], Value: value, Headers: kafkalog.TypeHeaders("turn.generated", 2)}
+	for _, size := range []int{1 << 10, 16 << 10} {
+		values := [][]byte{make([]byte, size)}
+		for i := range values[0] {
+			values[0][i] = 'a' + byte(i*7919%26)
 		}
-		return recs
-	}
-	run := func(b *testing.B, appendChunk func(i int) error) {
-		if err := appendChunk(0); err != nil {
-			b.Fatal(err)
-		}
-		chunks := max(1, b.N/64)
-		var next atomic.Int64
-		var failed atomic.Value
-		var wg sync.WaitGroup
-		b.ResetTimer()
-		start := time.Now()
-		for range 8 {
-			wg.Go(func() {
-				for {
-					i := next.Add(1) - 1
-					if i >= int64(chunks) {
-						return
-					}
-					if err := appendChunk(int(i)); err != nil {
-						failed.Store(err)
-						return
-					}
+		if size > 1<<10 {
+			// A turn's bytes are mostly the base64 of its token ids and
+			// log-probs, which compress about as little as these, and no
+			// two turns are alike.
+			r := rand.New(rand.NewPCG(uint64(size), 7))
+			values = make([][]byte, 256)
+			for v := range values {
+				raw := make([]byte, size*3/4)
+				for i := range raw {
+					raw[i] = byte(r.Uint32N(256))
 				}
-			})
-		}
-		wg.Wait()
-		b.StopTimer()
-		if err, _ := failed.Load().(error); err != nil {
-			b.Fatal(err)
-		}
-		b.ReportMetric(float64(chunks*64)/time.Since(start).Seconds(), "records/s")
-	}
-	b.Run("kafkalog", func(b *testing.B) {
-		w := kafkalog.NewWriter(kc, kc.FactsTopic(), kafkalog.WriterOptions{})
-		defer w.Close()
-		run(b, func(i int) error {
-			_, err := w.Append(ctx, chunk(i))
-			return err
-		})
-	})
-	b.Run("kafka-go", func(b *testing.B) {
-		w := KafkaGoWriter(kc, kc.FactsTopic())
-		defer w.Close()
-		run(b, func(i int) error {
-			recs := chunk(i)
-			msgs := make([]kafka.Message, len(recs))
-			for j, r := range recs {
-				msgs[j] = kafka.Message{Key: r.Key, Value: r.Value, Headers: []kafka.Header{kafka.Header(r.Headers[0]), kafka.Header(r.Headers[1])}}
+				values[v] = []byte(base64.StdEncoding.EncodeToString(raw))
 			}
-			return w.WriteMessages(ctx, msgs...)
+		}
+		chunk := func(i int) []kafkalog.Record {
+			recs := make([]kafkalog.Record, 64)
+			for j := range recs {
+				recs[j] = kafkalog.Record{Key: keys[(i*64+j)%len(keys)], Value: values[(i*64+j)%len(values)], Headers: kafkalog.TypeHeaders("turn.generated", 2)}
+			}
+			return recs
+		}
+		run := func(b *testing.B, appendChunk func(i int) error) {
+			if err := appendChunk(0); err != nil {
+				b.Fatal(err)
+			}
+			chunks := max(1, b.N/64)
+			var next atomic.Int64
+			var failed atomic.Value
+			var wg sync.WaitGroup
+			b.SetBytes(int64(size))
+			b.ResetTimer()
+			start := time.Now()
+			for range 8 {
+				wg.Go(func() {
+					for {
+						i := next.Add(1) - 1
+						if i >= int64(chunks) {
+							return
+						}
+						if err := appendChunk(int(i)); err != nil {
+							failed.Store(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			b.StopTimer()
+			if err, _ := failed.Load().(error); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(chunks*64)/time.Since(start).Seconds(), "records/s")
+		}
+		b.Run(fmt.Sprintf("%dKiB/kafkalog", size>>10), func(b *testing.B) {
+			w := kafkalog.NewWriter(kc, kc.FactsTopic(), kafkalog.WriterOptions{})
+			defer w.Close()
+			run(b, func(i int) error {
+				_, err := w.Append(ctx, chunk(i))
+				return err
+			})
 		})
-	})
+		b.Run(fmt.Sprintf("%dKiB/kafka-go", size>>10), func(b *testing.B) {
+			w := KafkaGoWriter(kc, kc.FactsTopic())
+			defer w.Close()
+			run(b, func(i int) error {
+				recs := chunk(i)
+				msgs := make([]kafka.Message, len(recs))
+				for j, r := range recs {
+					msgs[j] = kafka.Message{Key: r.Key, Value: r.Value, Headers: []kafka.Header{kafka.Header(r.Headers[0]), kafka.Header(r.Headers[1])}}
+				}
+				return w.WriteMessages(ctx, msgs...)
+			})
+		})
+	}
 }
 
 // KafkaGoWriter is kafka-go's own Writer with the settings the ledger's
