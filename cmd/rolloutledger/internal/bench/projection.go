@@ -195,7 +195,7 @@ func sealFigures(ctx context.Context, e *env) ([]*Figure, error) {
 			return nil, err
 		}
 	}
-	note := fmt.Sprintf("simulate (tasks %d, steps %d, batch_groups %d, inline tokens) pushed at %d facts/s over HTTP from a child process into a stack (ingest, projector, api) in the bench's process; from Kafka's ack of the batch's watermark fact to GET .../batches/next returning it to the child's trainer (long poll: includes one HTTP round trip)", o.Tasks, o.Steps, o.BatchGroups, rate)
+	note := fmt.Sprintf("simulate (tasks %d, steps %d, batch_groups %d, inline tokens) pushed at %d facts/s over HTTP from a child process into a stack (ingest, projector, api) in the bench's process; from Kafka's ack of the batch's watermark fact to GET .../batches/next returning it to the child's trainer (long poll: includes one HTTP round trip), which then reads the samples as Arrow IPC", o.Tasks, o.Steps, o.BatchGroups, rate)
 	p50 := &Figure{Name: "seal latency p50 at 10,000 facts/s", Unit: "ms", Command: e.cmd(GroupSeal) + " ; go test -run='^$' -bench=SealLatency -benchtime=1x ./services/stack/", Note: note}
 	p99 := &Figure{Name: "seal latency p99 at 10,000 facts/s", Unit: "ms", Command: p50.Command}
 	achieved := &Figure{Name: "achieved load during the seal runs", Unit: "facts/s", Command: p50.Command}
@@ -302,8 +302,9 @@ func runSealChild(ctx context.Context, enc *json.Encoder) error {
 	}
 	var mu sync.Mutex
 	acked := map[projections.LogPosition]time.Time{}
+	// The trainer reads its samples as Arrow IPC, as the SDK does.
 	so := simulate.Options{URL: o.URL, Seed: o.Seed, Tasks: o.Tasks, Steps: o.Steps, BatchGroups: o.BatchGroups,
-		Rate: o.Rate, Tokens: o.Tokens, Trainer: true}
+		Rate: o.Rate, Tokens: o.Tokens, Trainer: true, TrainerArrow: true}
 	so.OnAck = func(acks []simulate.Ack) {
 		mu.Lock()
 		defer mu.Unlock()
