@@ -147,6 +147,17 @@ func decodeInt32LE(text []byte, fs *fieldSpec, path string, a *wordArena) ([]int
 	if fs.signed && !fs.hasMax {
 		return out, nil
 	}
+	if !fs.signed && !(fs.hasMax && fs.max < 0) {
+		// Token ids: one unsigned bound covers the negative values too.
+		hi := uint32(math.MaxInt32)
+		if fs.hasMax && fs.max < float64(hi) {
+			hi = uint32(math.Floor(fs.max))
+		}
+		if maxUnsigned(out) <= hi {
+			return out, nil
+		}
+	}
+	// Some value may be out of bounds: find the first, to name it.
 	for i, x := range out {
 		if x >= 0 || fs.signed {
 			if !fs.hasMax || float64(x) <= fs.max {
@@ -195,6 +206,23 @@ func decodeFloat32LE(text []byte, fs *fieldSpec, path string, a *wordArena) ([]f
 		return nil, checkNumber(f, fs, p)
 	}
 	return out, nil
+}
+
+// maxUnsigned returns the greatest of xs read as unsigned (a negative
+// value is greater than every non-negative one), in four running maxima
+// without a branch a value: thousands of token ids are checked at about
+// the speed of memory.
+func maxUnsigned(xs []int32) uint32 {
+	var a, b, c, d uint32
+	i := 0
+	for ; i+4 <= len(xs); i += 4 {
+		a, b = max(a, uint32(xs[i])), max(b, uint32(xs[i+1]))
+		c, d = max(c, uint32(xs[i+2])), max(d, uint32(xs[i+3]))
+	}
+	for ; i < len(xs); i++ {
+		a = max(a, uint32(xs[i]))
+	}
+	return max(a, b, c, d)
 }
 
 // decodeBytes decodes a binary bytes field.

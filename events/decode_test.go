@@ -432,6 +432,7 @@ func badV2Inputs() []badInput {
 		{name: "v2/not whole int32 values", body: turn2(turnV2Data.set("token_ids", q(base64.StdEncoding.EncodeToString(make([]byte, 13))))), err: events.ErrInvalidValue, field: "data.token_ids", detail: []string{"13 bytes is not a whole number of int32 values"}},
 		{name: "v2/not whole float32 values", body: turn2(turnV2Data.set("logprobs", q(base64.StdEncoding.EncodeToString(make([]byte, 6))))), err: events.ErrInvalidValue, field: "data.logprobs", detail: []string{"6 bytes is not a whole number of float32 values"}},
 		{name: "v2/negative token id", body: turn2(turnV2Data.set("token_ids", q(b64i(11, -12, 13)))), err: events.ErrInvalidValue, field: "data.token_ids[1]", detail: []string{"negative"}},
+		{name: "v2/negative token id among many", body: turn2(turnV2Data.set("token_ids", q(b64i(1, 2, 3, 4, 5, 6, 7, 8, 9, -10, 11, 12, 13)))), err: events.ErrInvalidValue, field: "data.token_ids[9]", detail: []string{"negative"}},
 		{name: "v2/negative observation id", body: turn2(turnV2Data.set("observation_token_ids", q(b64i(7, 8, -2147483648)))), err: events.ErrInvalidValue, field: "data.observation_token_ids[2]"},
 		{name: "v2/logprob NaN", body: turn2(turnV2Data.set("logprobs", q(b64f(-0.5, nan, 0)))), err: events.ErrInvalidValue, field: "data.logprobs[1]", detail: []string{"NaN"}},
 		{name: "v2/logprob +Inf", body: turn2(turnV2Data.set("logprobs", q(b64f(-0.5, -0.25, inf)))), err: events.ErrInvalidValue, field: "data.logprobs[2]", detail: []string{"+Inf"}},

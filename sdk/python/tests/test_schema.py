@@ -257,6 +257,7 @@ NOT_EXPRESSIBLE = {
     "v2/not whole int32 values": "the byte count inside base64 (x-rolloutledger-binary)",
     "v2/not whole float32 values": "the byte count inside base64 (x-rolloutledger-binary)",
     "v2/negative token id": "values inside base64 (x-rolloutledger-items)",
+    "v2/negative token id among many": "values inside base64 (x-rolloutledger-items)",
     "v2/negative observation id": "values inside base64 (x-rolloutledger-items)",
     "v2/logprob NaN": "values inside base64 (x-rolloutledger-items)",
     "v2/logprob +Inf": "values inside base64 (x-rolloutledger-items)",
