@@ -448,12 +448,14 @@ func (p *Projector) foldWindow(ctx context.Context, part int, rf *runFolds, w *c
 // partition's next offset; emits the part's decisions, and only then
 // commits the batch. It returns how many records the part held.
 func (p *Projector) foldPart(ctx context.Context, part int, rf *runFolds, w *consumer.Window, window []kafkalog.Message, pre []prepared) (int, error) {
+	began := time.Now()
 	b := p.db.NewBatch()
 	defer b.Close()
 	decided, causes, err := p.foldPrepared(b, rf, window, pre, true)
 	if err != nil {
 		return 0, err
 	}
+	folded := time.Now()
 	n := len(window)
 	if sealed(decided) {
 		// The fold stopped after the sealing fact: the cause of the
@@ -486,7 +488,12 @@ func (p *Projector) foldPart(ctx context.Context, part int, rf *runFolds, w *con
 	if p.committed != nil {
 		p.committed(part, last+1, decided)
 	}
-	p.log.DebugContext(ctx, "window committed", "partition", part, "next", last+1, "facts", n, "decisions", len(decided))
+	// Where a part's time went, and for one that seals a batch how old
+	// its sealing fact was when the part began: the parts of a seal's
+	// latency the projector owns.
+	p.log.DebugContext(ctx, "window committed", "partition", part, "next", last+1, "facts", n, "decisions", len(decided),
+		"sealed", sealed(decided), "last_fact_age_ms", began.Sub(window[n-1].Time).Milliseconds(),
+		"fold_ms", folded.Sub(began).Milliseconds(), "emit_ms", acked.Sub(folded).Milliseconds(), "commit_ms", time.Since(acked).Milliseconds())
 	p.record(ctx, part, window, decided, causes, acked)
 	if len(decided) > 0 {
 		p.notify.fire()
