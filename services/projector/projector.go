@@ -457,7 +457,8 @@ func (p *Projector) foldPart(ctx context.Context, part int, rf *runFolds, w *con
 	}
 	folded := time.Now()
 	n := len(window)
-	if sealed(decided) {
+	sealing := sealed(decided)
+	if sealing {
 		// The fold stopped after the sealing fact: the cause of the
 		// part's last decision.
 		n = causes[len(causes)-1] + 1
@@ -492,7 +493,7 @@ func (p *Projector) foldPart(ctx context.Context, part int, rf *runFolds, w *con
 	// its sealing fact was when the part began: the parts of a seal's
 	// latency the projector owns.
 	p.log.DebugContext(ctx, "window committed", "partition", part, "next", last+1, "facts", n, "decisions", len(decided),
-		"sealed", sealed(decided), "last_fact_age_ms", began.Sub(window[n-1].Time).Milliseconds(),
+		"sealed", sealing, "last_fact_age_ms", began.Sub(window[n-1].Time).Milliseconds(),
 		"fold_ms", folded.Sub(began).Milliseconds(), "emit_ms", acked.Sub(folded).Milliseconds(), "commit_ms", time.Since(acked).Milliseconds())
 	p.record(ctx, part, window, decided, causes, acked)
 	if len(decided) > 0 {
