@@ -77,8 +77,7 @@ func decodeBase64[T int32 | float32](text []byte, a *wordArena) (_ []T, size int
 			out[i] = *(*T)(unsafe.Pointer(&u))
 		}
 	}
-	// Capped: an append to the values must not run into the next ones.
-	return out[: n/4 : n/4], n, ""
+	return out[:n/4], n, ""
 }
 
 // wordArena hands out slices of 4-byte words from chunks it keeps, for
@@ -90,7 +89,8 @@ type wordArena struct {
 	hint  int      // words the batch may need, the least a new chunk holds
 }
 
-// take returns n words of the arena.
+// take returns n words of the arena, capped: an append to them cannot run
+// into the words taken next.
 func (a *wordArena) take(n int) []uint32 {
 	if cap(a.chunk)-len(a.chunk) < n {
 		// Earlier slices keep the old chunk alive while they are.
