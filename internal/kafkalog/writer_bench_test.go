@@ -38,11 +38,14 @@ func BenchmarkAppend(b *testing.B) {
 		keys[i] = fmt.Appendf(nil, "bench-run-%02d", i)
 	}
 	for _, size := range []int{1 << 10, 16 << 10} {
-		values := [][]byte{make([]byte, size)}
-		for i := range values[0] {
-			values[0][i] = 'a' + byte(i*7919%26)
-		}
-		if size > 1<<10 {
+		var values [][]byte
+		if size <= 1<<10 {
+			value := make([]byte, size)
+			for i := range value {
+				value[i] = 'a' + byte(i*7919%26)
+			}
+			values = [][]byte{value}
+		} else {
 			// A turn's bytes are mostly the base64 of its token ids and
 			// log-probs, which compress about as little as these, and no
 			// two turns are alike.
