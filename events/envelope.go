@@ -258,6 +258,13 @@ func decodeOne(record []byte, st *decodeState) (Event, *FieldError) {
 	if len(record) > 2*MaxRecordBytes {
 		return Event{}, &FieldError{Err: ErrTooLarge, Detail: fmt.Sprintf("%d bytes, more than %d", len(record), MaxRecordBytes)}
 	}
+	// A canonical envelope whose data is valid JSON makes the record valid
+	// JSON: only the data needs the validator (canonenv.go).
+	if utf8.Valid(record) {
+		if env, ok := canonicalEnvelope(record, st, true); ok {
+			return decodeData(env, st)
+		}
+	}
 	if !json.Valid(record) {
 		var probe any
 		return Event{}, &FieldError{Err: ErrMalformed, Detail: syntaxDetail(json.Unmarshal(record, &probe))}
@@ -276,14 +283,29 @@ func decodeValidJSON(record []byte, st *decodeState) (Event, *FieldError) {
 	if !utf8.Valid(record) {
 		return Event{}, &FieldError{Err: ErrMalformed, Detail: fmt.Sprintf("invalid UTF-8 at byte %d", invalidUTF8At(record))}
 	}
-	var env envelope
+	env, ok := canonicalEnvelope(record, st, false)
+	if !ok {
+		var fe *FieldError
+		if env, fe = decodeEnvelope(record, st); fe != nil {
+			return Event{}, fe
+		}
+	}
+	return decodeData(env, st)
+}
+
+// decodeEnvelope decodes and checks the envelope of the valid JSON
+// record by the general path: any layout, any escapes.
+func decodeEnvelope(record []byte, st *decodeState) (env envelope, fe *FieldError) {
 	rv := reflect.ValueOf(&env).Elem()
 	if fe := decodeObject(record, rv, "", st.nested()); fe != nil {
-		return Event{}, fe
+		return env, fe
 	}
-	if fe := checkRules(rv, ""); fe != nil {
-		return Event{}, fe
-	}
+	return env, checkRules(rv, "")
+}
+
+// decodeData is the rest of decodeValidJSON once the envelope has
+// decoded and passed its rules: the type and version, and the data.
+func decodeData(env envelope, st *decodeState) (Event, *FieldError) {
 	// The rules accepted both: the id is a UUID's 36 characters, whose
 	// canonical form is lower case, and at parses.
 	at, _ := time.Parse(time.RFC3339Nano, env.At)

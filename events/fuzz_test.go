@@ -308,3 +308,64 @@ func FuzzFactData(f *testing.F) {
 		checkCanonical(t, ev)
 	})
 }
+
+// FuzzCanonicalEnvelope holds the canonical envelope's fast path to the
+// general decoder: the same event, or the same refusal, for every input,
+// both as a record of the log and as a new fact.
+func FuzzCanonicalEnvelope(f *testing.F) {
+	for _, s := range fuzzSeeds() {
+		f.Add(s)
+	}
+	for _, s := range envelopeSeeds() {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, record []byte) {
+		for _, ingest := range []bool{false, true} {
+			got, err := events.DecodeAs(record, ingest)
+			want, werr := events.DecodeGeneral(record, ingest)
+			if fmt.Sprint(err) != fmt.Sprint(werr) || !reflect.DeepEqual(got, want) {
+				t.Fatalf("ingest %v, %q:\nfast    %#v, %v\ngeneral %#v, %v", ingest, record, got, err, want, werr)
+			}
+		}
+	})
+}
+
+// envelopeSeeds are canonical records whose envelopes hold each value the
+// fast path must leave to the general one, and some it must read itself.
+func envelopeSeeds() [][]byte {
+	base := failed(failedData)
+	env := func(field, value string) []byte {
+		return []byte(record(events.TypeAttemptFailed, failedData).set(field, value).String())
+	}
+	seeds := [][]byte{
+		[]byte(base),
+		[]byte(" " + base),
+		[]byte(base + "\n"),
+		[]byte(strings.Replace(base, `"data":`, `"data": `, 1)),
+		[]byte(strings.Replace(base, `"data":`, `"data":`+"\t", 1)),
+		[]byte(strings.TrimSuffix(base, "}") + ` }`),
+		[]byte(strings.TrimSuffix(base, "}") + `,"data":{}}`),
+		[]byte(strings.TrimSuffix(base, "}") + `,"extra":1}`),
+		[]byte(strings.Replace(base, `"data":`, `"data":[],"x":`, 1)),
+	}
+	for _, c := range []struct{ field, value string }{
+		{"id", q(strings.ToUpper(testID))},
+		{"id", q("01890a5d-ac96-774b-7cc8-1ef0d1a2b3c4")}, // variant not RFC 4122
+		{"id", q("01890a5d-ac96-774b-bcc8-1ef0d1a2b3c")},
+		{"id", q("{01890a5d-ac96-774b-bcc8-1ef0d1a2b3c4}")},
+		{"id", q("01890a5dac96774bbcc81ef0d1a2b3c4")},
+		{"id", `"01890a5d-ac96-774b-bcc8-1ef0d1a2b3c\u0034"`},
+		{"run", q(".")}, {"run", q("..")}, {"run", q("...")}, {"run", q("r/1")}, {"run", q("")}, {"run", q(strings.Repeat("r", 129))},
+		{"run", `"r\/1"`}, {"run", `"r` + "\x01" + `"`},
+		{"type", q("")}, {"type", q("attempt.nope")}, {"type", `"attempt.f\u0061iled"`},
+		{"v", "0"}, {"v", "00"}, {"v", "01"}, {"v", "-1"}, {"v", "1.0"}, {"v", "1e0"}, {"v", "99999"}, {"v", "9"}, {"v", `"1"`},
+		{"at", q("2026-11-29T19:10:00.123456789+02:00")}, {"at", q("2026-11-29T19:10:00+24:00")}, {"at", q("0000-01-01T00:30:00+01:00")},
+		{"at", q("9999-12-31T23:30:00-01:00")}, {"at", q("2026-02-30T19:10:00Z")}, {"at", q("2026-11-29 19:10:00Z")}, {"at", q("")},
+		{"source", q("vm/./x")}, {"source", q("../engine")}, {"source", q("engine 1")}, {"source", q("")}, {"source", q(strings.Repeat("e", 201))},
+		{"source", `"engine-\u00e9"`}, {"source", q("engine-é")}, {"source", "1"}, {"source", "null"},
+		{"data", "null"}, {"data", "[]"}, {"data", `"x"`}, {"data", "{}"},
+	} {
+		seeds = append(seeds, env(c.field, c.value))
+	}
+	return seeds
+}

@@ -1,0 +1,143 @@
+package events
+
+import (
+	"bytes"
+	"strings"
+	"time"
+
+	json "github.com/segmentio/encoding/json"
+)
+
+// Nearly every record decoded was written by [Encode] or ingest: its
+// envelope is the canonical layout, byte for byte,
+//
+//	{"id":"…","run":"…","type":"…","v":N,"at":"…","source":"…","data":{…}}
+//
+// with strings that need no escape. canonicalEnvelope reads such an
+// envelope by matching that layout, without the general decoder's
+// reflection, and checks what the general path checks of it. It accepts
+// only an envelope the general path accepts with the same values, and
+// reports false for anything else (another order, white space, an escape,
+// a value the rules refuse), which then takes the general path and gets
+// its error there: the fast path changes no verdict and no error.
+
+// envelopeLayout is the canonical envelope's text between its values.
+var envelopeLayout = [...]string{`{"id":"`, `","run":"`, `","type":"`, `","v":`, `,"at":"`, `","source":"`, `","data":`}
+
+// canonicalEnvelope reads record's envelope as the general path would, when
+// record has the canonical layout. With validData it also proves the data
+// valid JSON (the record's own validation has not run); the text around the
+// data is then valid JSON by its layout.
+func canonicalEnvelope(record []byte, st *decodeState, validData bool) (env envelope, ok bool) {
+	// The values' spans in record: id, run, type, v, at, source.
+	var span [6][2]int
+	i := 0
+	for f, lit := range envelopeLayout[:6] {
+		if !hasPrefixAt(record, i, lit) {
+			return env, false
+		}
+		i += len(lit)
+		start := i
+		if f == 3 { // v: an integer of 1 to 4 digits, without a leading zero
+			for i < len(record) && i-start < 5 && record[i] >= '0' && record[i] <= '9' {
+				i++
+			}
+			if n := i - start; n == 0 || n > 4 || record[start] == '0' {
+				return env, false
+			}
+		} else {
+			j := bytes.IndexByte(record[i:], '"')
+			if j < 0 {
+				return env, false
+			}
+			i += j
+			if !plainText(record[start:i]) {
+				return env, false
+			}
+		}
+		span[f] = [2]int{start, i}
+	}
+	if !hasPrefixAt(record, i, envelopeLayout[6]) || record[len(record)-1] != '}' {
+		return env, false
+	}
+	// The general path trims the data's white space too.
+	data := bytes.TrimSpace(record[i+len(envelopeLayout[6]) : len(record)-1])
+	if len(data) == 0 || isNull(data) {
+		return env, false // the general path refuses a null at the envelope
+	}
+	if validData {
+		if !json.Valid(data) {
+			return env, false
+		}
+	} else if skipValue(data, 0) != len(data) {
+		// Valid JSON, but the data is not the last member.
+		return env, false
+	}
+	// One string for the envelope's text, its fields slices of it: one
+	// allocation rather than one a field.
+	text := string(record[span[0][0]:span[5][1]])
+	str := func(f int) string { return text[span[f][0]-span[0][0] : span[f][1]-span[0][0]] }
+	id, run, typ, at, source := str(0), str(1), str(2), str(4), str(5)
+	v := 0
+	for _, c := range record[span[3][0]:span[3][1]] {
+		v = v*10 + int(c-'0')
+	}
+	// The checks of the general path: each field's text (checkText: not
+	// empty, no NUL, which plainText excludes) and the rules (the id a
+	// UUID, the run a run id, at an RFC 3339 time, the source an entity
+	// id, and for a new fact no "." or ".." segment in it).
+	if !uuidText(id) || !ValidRunID(run) || typ == "" || len(typ) > MaxTextBytes || !ValidEntityID(source) ||
+		len(source) > MaxTextBytes || st != nil && st.ingest && hasDotSegment(source) {
+		return env, false
+	}
+	if len(at) > MaxTextBytes || !strictRFC3339(at) {
+		return env, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, at)
+	if y := t.UTC().Year(); err != nil || y < 0 || y > 9999 {
+		return env, false
+	}
+	return envelope{ID: id, Run: run, Type: Type(typ), V: v, At: at, Source: source, Data: data}, true
+}
+
+func hasPrefixAt(b []byte, i int, lit string) bool {
+	return len(b)-i >= len(lit) && string(b[i:i+len(lit)]) == lit
+}
+
+// plainText reports whether b is the text of a JSON string as it stands:
+// no escape, no control character (which JSON refuses unescaped).
+func plainText(b []byte) bool {
+	for _, c := range b {
+		if c < 0x20 || c == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+// uuidText is the "uuid" format's check for the canonical text of one:
+// 8-4-4-4-12 hex digits, the fourth group's first of the RFC 4122 variant.
+func uuidText(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < 36; i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+			continue
+		case 19:
+			if !strings.ContainsRune("89abAB", rune(c)) {
+				return false
+			}
+			continue
+		}
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}

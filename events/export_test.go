@@ -1,0 +1,58 @@
+package events
+
+import (
+	"fmt"
+	"unicode/utf8"
+
+	json "github.com/segmentio/encoding/json"
+)
+
+// DecodeGeneral is Decode by the general path alone, the canonical
+// envelope's fast path left out (canonenv.go); with ingest, by the rules
+// ingest holds new facts to. The fast path must agree with it on every
+// input.
+func DecodeGeneral(record []byte, ingest bool) (Event, error) {
+	st := decodeState{ingest: ingest}
+	ev, fe := decodeGeneral(record, &st)
+	if fe != nil {
+		return Event{}, fe
+	}
+	return ev, nil
+}
+
+// DecodeAs is Decode, or with ingest the decode of one event of a request
+// body, each by the path the ledger takes.
+func DecodeAs(record []byte, ingest bool) (Event, error) {
+	if fe := checkDepth(record); fe != nil {
+		return Event{}, fe
+	}
+	st := decodeState{ingest: ingest}
+	ev, fe := decodeOne(record, &st)
+	if fe != nil {
+		return Event{}, fe
+	}
+	return ev, nil
+}
+
+// decodeGeneral is decodeOne as it was before the fast path: the record
+// validated whole, then its envelope decoded by reflection.
+func decodeGeneral(record []byte, st *decodeState) (Event, *FieldError) {
+	if fe := checkDepth(record); fe != nil {
+		return Event{}, fe
+	}
+	if len(record) > 2*MaxRecordBytes {
+		return Event{}, &FieldError{Err: ErrTooLarge, Detail: fmt.Sprintf("%d bytes, more than %d", len(record), MaxRecordBytes)}
+	}
+	if !json.Valid(record) {
+		var probe any
+		return Event{}, &FieldError{Err: ErrMalformed, Detail: syntaxDetail(json.Unmarshal(record, &probe))}
+	}
+	if !utf8.Valid(record) {
+		return Event{}, &FieldError{Err: ErrMalformed, Detail: fmt.Sprintf("invalid UTF-8 at byte %d", invalidUTF8At(record))}
+	}
+	env, fe := decodeEnvelope(record, st)
+	if fe != nil {
+		return Event{}, fe
+	}
+	return decodeData(env, st)
+}
