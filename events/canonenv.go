@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"strings"
 	"time"
-
-	json "github.com/segmentio/encoding/json"
 )
 
 // Nearly every record decoded was written by [Encode] or ingest: its
@@ -66,7 +64,7 @@ func canonicalEnvelope(record []byte, st *decodeState, validData bool) (env enve
 		return env, false // the general path refuses a null at the envelope
 	}
 	if validData {
-		if !json.Valid(data) {
+		if !validJSON(data) {
 			return env, false
 		}
 	} else if skipValue(data, 0) != len(data) {

@@ -7,6 +7,10 @@ import (
 	json "github.com/segmentio/encoding/json"
 )
 
+// ValidJSON is the fast path's validator, for input that is valid UTF-8
+// and nests at most MaxDepth deep.
+var ValidJSON = validJSON
+
 // DecodeGeneral is Decode by the general path alone, the canonical
 // envelope's fast path left out (canonenv.go); with ingest, by the rules
 // ingest holds new facts to. The fast path must agree with it on every

@@ -11,6 +11,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unicode/utf8"
+
+	segjson "github.com/segmentio/encoding/json"
 
 	"github.com/rolloutledger/rolloutledger/events"
 )
@@ -368,4 +371,36 @@ func envelopeSeeds() [][]byte {
 		seeds = append(seeds, env(c.field, c.value))
 	}
 	return seeds
+}
+
+// FuzzValidJSON holds the fast path's JSON validator to the general one
+// and to the standard library's, on what it is given: valid UTF-8 nested
+// at most MaxDepth deep.
+func FuzzValidJSON(f *testing.F) {
+	for _, s := range fuzzSeeds() {
+		f.Add(s)
+	}
+	for _, s := range []string{
+		``, ` `, `0`, `-0`, `01`, `-`, `1.`, `.5`, `1e`, `1e+`, `1E-7`, `-12.5e10`, `tru`, `true `, `nul`, `null`, `"`, `"\"`, `"\u12"`, `"\u12G4"`,
+		`"\u00e9\/\b\f\n\r\t"`, `"\x"`, "\"a\tb\"", "\"12345678\x1f\"", `"0123456789abcdef"`, `"é0123456789"`, `[1,]`, `[,1]`, `[]`, `[ ]`, `{}`,
+		`{"a"}`, `{"a":}`, `{"a":1,}`, `{"a":1 "b":2}`, `{1:2}`, `[1 2]`, `{"a":[{"b":null}]}`, `[1]]`, `{"a":1}}`, "\t[\n1\r]\n",
+	} {
+		f.Add([]byte(s))
+	}
+	// Long strings, which take the vectorized search.
+	long := strings.Repeat("QUJDRA==", 40)
+	for _, s := range []string{long, long + `
+` + long, long + "	", long + "é" + long, long + `"` + long, `A` + long} {
+		f.Add([]byte(`{"a":"` + s + `"}`))
+		f.Add([]byte(`["` + s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if !utf8.Valid(b) || bytes.Count(b, []byte("["))+bytes.Count(b, []byte("{")) > events.MaxDepth {
+			return
+		}
+		got, want, std := events.ValidJSON(b), segjson.Valid(b), json.Valid(b)
+		if got != want || got != std {
+			t.Fatalf("%q: validJSON %v, segmentio %v, encoding/json %v", b, got, want, std)
+		}
+	})
 }

@@ -1,0 +1,216 @@
+package events
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math/bits"
+
+	"github.com/segmentio/asm/ascii"
+)
+
+// longString is the length from which validString searches a string with
+// vector instructions rather than eight bytes at a time.
+const longString = 256
+
+// validJSON reports whether b is one JSON value (RFC 8259) with optional
+// white space around it, for b already known to be valid UTF-8 and to nest
+// no deeper than [MaxDepth] (checkDepth). It is the fast path's validator
+// (canonenv.go): one pass, strings read eight bytes at a time. The general
+// validator first scans its whole input for bytes outside printable ASCII
+// and for backslashes, then parses; on the short data of a fact that
+// prepass was two thirds of its time.
+func validJSON(b []byte) bool {
+	i := skipSpace(b, 0)
+	i, ok := validValue(b, i)
+	return ok && skipSpace(b, i) == len(b)
+}
+
+// validValue returns the index just past the valid value at b[i].
+func validValue(b []byte, i int) (int, bool) {
+	if i >= len(b) {
+		return i, false
+	}
+	switch c := b[i]; {
+	case c == '"':
+		return validString(b, i)
+	case c == '{':
+		return validObject(b, i)
+	case c == '[':
+		return validArray(b, i)
+	case c == '-' || c >= '0' && c <= '9':
+		return validNumber(b, i)
+	case c == 't':
+		return validLiteral(b, i, "true")
+	case c == 'f':
+		return validLiteral(b, i, "false")
+	case c == 'n':
+		return validLiteral(b, i, "null")
+	}
+	return i, false
+}
+
+func validLiteral(b []byte, i int, lit string) (int, bool) {
+	if len(b)-i < len(lit) || string(b[i:i+len(lit)]) != lit {
+		return i, false
+	}
+	return i + len(lit), true
+}
+
+func validObject(b []byte, i int) (int, bool) {
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return i + 1, true
+	}
+	for {
+		if i >= len(b) || b[i] != '"' {
+			return i, false
+		}
+		var ok bool
+		if i, ok = validString(b, i); !ok {
+			return i, false
+		}
+		if i = skipSpace(b, i); i >= len(b) || b[i] != ':' {
+			return i, false
+		}
+		if i, ok = validValue(b, skipSpace(b, i+1)); !ok {
+			return i, false
+		}
+		if i = skipSpace(b, i); i >= len(b) {
+			return i, false
+		}
+		switch b[i] {
+		case ',':
+			i = skipSpace(b, i+1)
+		case '}':
+			return i + 1, true
+		default:
+			return i, false
+		}
+	}
+}
+
+func validArray(b []byte, i int) (int, bool) {
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == ']' {
+		return i + 1, true
+	}
+	for {
+		var ok bool
+		if i, ok = validValue(b, i); !ok {
+			return i, false
+		}
+		if i = skipSpace(b, i); i >= len(b) {
+			return i, false
+		}
+		switch b[i] {
+		case ',':
+			i = skipSpace(b, i+1)
+		case ']':
+			return i + 1, true
+		default:
+			return i, false
+		}
+	}
+}
+
+// Words of eight bytes, for finding the bytes a string stops at.
+const (
+	lsb = 0x0101010101010101
+	msb = 0x8080808080808080
+)
+
+// validString returns the index just past the valid string at b[i]. Bytes
+// of 0x80 and above are the valid UTF-8 the caller checked.
+func validString(b []byte, i int) (int, bool) {
+	i++
+	// A long string (base64 of token arrays) is read by the vectorized
+	// searches of the standard library and segmentio/asm instead: its end,
+	// then whether anything before it needs the careful loop below.
+	if len(b)-i >= longString {
+		if j := bytes.IndexByte(b[i:], '"'); j >= longString {
+			if s := b[i : i+j]; bytes.IndexByte(s, '\\') < 0 && ascii.ValidPrint(s) {
+				return i + j + 1, true
+			}
+		}
+	}
+	for {
+		// Eight bytes at a time while none is a quote, a backslash or a
+		// control character.
+		for len(b)-i >= 8 {
+			w := binary.LittleEndian.Uint64(b[i:])
+			quote := w ^ ('"' * lsb)
+			slash := w ^ ('\\' * lsb)
+			// A zero byte of quote or slash, or a byte of w below 0x20, sets
+			// its high bit here (bytes of 0x80 and above excluded).
+			stop := ((quote - lsb) &^ quote) | ((slash - lsb) &^ slash) | (w - 0x20*lsb)
+			stop &^= w
+			stop &= msb
+			if stop != 0 {
+				i += bits.TrailingZeros64(stop) / 8
+				break
+			}
+			i += 8
+		}
+		if i >= len(b) {
+			return i, false
+		}
+		switch c := b[i]; {
+		case c == '"':
+			return i + 1, true
+		case c == '\\':
+			if i+1 >= len(b) {
+				return i, false
+			}
+			switch b[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if len(b)-i < 6 || hex4(b[i+2:i+6]) < 0 {
+					return i, false
+				}
+				i += 6
+			default:
+				return i, false
+			}
+		case c < 0x20:
+			return i, false
+		default:
+			i++
+		}
+	}
+}
+
+func validNumber(b []byte, i int) (int, bool) {
+	if b[i] == '-' {
+		i++
+	}
+	digits := func() bool {
+		start := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		return i > start
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case !digits():
+		return i, false
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if !digits() {
+			return i, false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if !digits() {
+			return i, false
+		}
+	}
+	return i, true
+}
