@@ -330,6 +330,21 @@ func FuzzCanonicalEnvelope(f *testing.F) {
 				t.Fatalf("ingest %v, %q:\nfast    %#v, %v\ngeneral %#v, %v", ingest, record, got, err, want, werr)
 			}
 		}
+		// As the element of a request body, which is validated whole
+		// before its events are read.
+		trimmed := bytes.Trim(record, " \t\r\n") // JSON's white space
+		if len(trimmed) == 0 || !segjson.Valid(trimmed) || bytes.Count(trimmed, []byte("["))+bytes.Count(trimmed, []byte("{")) >= events.MaxDepth {
+			return
+		}
+		evs, err := events.DecodeBatch([]byte("[" + string(record) + "]"))
+		want, werr := events.DecodeGeneral(trimmed, true)
+		var got events.Event
+		if len(evs) == 1 {
+			got = evs[0]
+		}
+		if fmt.Sprint(err) != fmt.Sprint(werr) || !reflect.DeepEqual(got, want) {
+			t.Fatalf("in a batch, %q:\nfast    %#v, %v\ngeneral %#v, %v", record, got, err, want, werr)
+		}
 	})
 }
 
