@@ -17,7 +17,8 @@ import (
 // only an envelope the general path accepts with the same values, and
 // reports false for anything else (another order, white space, an escape,
 // a value the rules refuse), which then takes the general path and gets
-// its error there: the fast path changes no verdict and no error.
+// its error there: the fast path changes no verdict and no error
+// (docs/design.md §2.5).
 
 // envelopeLayout is the canonical envelope's text between its values.
 var envelopeLayout = [...]string{`{"id":"`, `","run":"`, `","type":"`, `","v":`, `,"at":"`, `","source":"`, `","data":`}
