@@ -165,7 +165,15 @@ func ingestFigures(ctx context.Context, e *env) ([]*Figure, error) {
 		vsClient := &Figure{Name: "ingest POST /v1/events beside kafka-go Writer, " + label, Unit: "events/s", Command: e.cmd(GroupIngest),
 			Runs: http.Runs, Note: "the ingest's runs above, each divided by the kafka-go Writer run beside it: what the ledger adds to its client"}
 		vsClient.link = func(map[string]*Figure) { vsClient.against(raw, 0.9, ">= 0.9 of kafka-go's Writer") }
-		http.link = func(m map[string]*Figure) { http.against(perf, 0.70, ">= 70% of kafka-producer-perf-test") }
+		// The goal for large records rose to 0.9 once 0.7 was met (16 KiB
+		// events; the token-bearing turns are records of the same size).
+		want := 0.70
+		if p.size > 4096 {
+			want = 0.9
+		}
+		http.link = func(m map[string]*Figure) {
+			http.against(perf, want, fmt.Sprintf(">= %.0f%% of kafka-producer-perf-test", want*100))
+		}
 		own.link = func(m map[string]*Figure) { own.against(perf, 0, "(vs kafka-producer-perf-test)"); own.Met = nil }
 		raw.link = func(m map[string]*Figure) { raw.against(perf, 0, "(vs kafka-producer-perf-test)"); raw.Met = nil }
 		figs = append(figs, http, vsClient, own, raw, perf)

@@ -60,7 +60,8 @@ func postgresFigures(ctx context.Context, e *env) ([]*Figure, error) {
 		psql.Runs = append(psql.Runs, float64(rows)/took.Seconds())
 		psql.Note = "the sink's rows exported to CSV, then loaded by psql \\copy into the same tables of a fresh schema (same indexes and constraints), parents first"
 	}
-	sink.link = func(map[string]*Figure) { sink.against(psql, 0.7, ">= 70% of psql \\copy") }
+	// The goal rose from 0.7 to 0.9 once 0.7 was met.
+	sink.link = func(map[string]*Figure) { sink.against(psql, 0.9, ">= 90% of psql \\copy") }
 	return []*Figure{sink, psql}, nil
 }
 
