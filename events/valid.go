@@ -75,16 +75,9 @@ func validObject(b []byte, i int) (int, bool) {
 		if i, ok = validValue(b, skipSpace(b, i+1)); !ok {
 			return i, false
 		}
-		if i = skipSpace(b, i); i >= len(b) {
-			return i, false
-		}
-		switch b[i] {
-		case ',':
-			i = skipSpace(b, i+1)
-		case '}':
-			return i + 1, true
-		default:
-			return i, false
+		var more bool
+		if i, more, ok = validNext(b, i, '}'); !more {
+			return i, ok
 		}
 	}
 }
@@ -99,18 +92,25 @@ func validArray(b []byte, i int) (int, bool) {
 		if i, ok = validValue(b, i); !ok {
 			return i, false
 		}
-		if i = skipSpace(b, i); i >= len(b) {
-			return i, false
-		}
-		switch b[i] {
-		case ',':
-			i = skipSpace(b, i+1)
-		case ']':
-			return i + 1, true
-		default:
-			return i, false
+		var more bool
+		if i, more, ok = validNext(b, i, ']'); !more {
+			return i, ok
 		}
 	}
+}
+
+// validNext reads what follows a member or an element ending at b[i]: a
+// comma, past which the next one begins (more), or the closing byte.
+func validNext(b []byte, i int, closer byte) (next int, more, ok bool) {
+	if i = skipSpace(b, i); i < len(b) {
+		switch b[i] {
+		case ',':
+			return skipSpace(b, i+1), true, true
+		case closer:
+			return i + 1, false, true
+		}
+	}
+	return i, false, false
 }
 
 // Words of eight bytes, for finding the bytes a string stops at.
