@@ -38,7 +38,7 @@ func DecodeAs(record []byte, ingest bool) (Event, error) {
 	return ev, nil
 }
 
-// decodeGeneral is decodeOne as it was before the fast path: the record
+// decodeGeneral is decodeOne without the fast path: the record
 // validated whole, then its envelope decoded by reflection.
 func decodeGeneral(record []byte, st *decodeState) (Event, *FieldError) {
 	if fe := checkDepth(record); fe != nil {
