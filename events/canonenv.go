@@ -27,13 +27,13 @@ var envelopeLayout = [...]string{`{"id":"`, `","run":"`, `","type":"`, `","v":`,
 // record has the canonical layout. With validData it also proves the data
 // valid JSON (the record's own validation has not run); the text around the
 // data is then valid JSON by its layout.
-func canonicalEnvelope(record []byte, st *decodeState, validData bool) (env envelope, ok bool) {
+func canonicalEnvelope(record []byte, st *decodeState, validData bool) (env envelope, at time.Time, ok bool) {
 	// The values' spans in record: id, run, type, v, at, source.
 	var span [6][2]int
 	i := 0
 	for f, lit := range envelopeLayout[:6] {
 		if !hasPrefixAt(record, i, lit) {
-			return env, false
+			return env, at, false
 		}
 		i += len(lit)
 		start := i
@@ -42,41 +42,41 @@ func canonicalEnvelope(record []byte, st *decodeState, validData bool) (env enve
 				i++
 			}
 			if n := i - start; n == 0 || n > 4 || record[start] == '0' {
-				return env, false
+				return env, at, false
 			}
 		} else {
 			j := bytes.IndexByte(record[i:], '"')
 			if j < 0 {
-				return env, false
+				return env, at, false
 			}
 			i += j
 			if !plainText(record[start:i]) {
-				return env, false
+				return env, at, false
 			}
 		}
 		span[f] = [2]int{start, i}
 	}
 	if !hasPrefixAt(record, i, envelopeLayout[6]) || record[len(record)-1] != '}' {
-		return env, false
+		return env, at, false
 	}
 	// The general path trims the data's white space too.
 	data := bytes.TrimSpace(record[i+len(envelopeLayout[6]) : len(record)-1])
 	if len(data) == 0 || isNull(data) {
-		return env, false // the general path refuses a null at the envelope
+		return env, at, false // the general path refuses a null at the envelope
 	}
 	if validData {
 		if !validJSON(data) {
-			return env, false
+			return env, at, false
 		}
 	} else if skipValue(data, 0) != len(data) {
 		// Valid JSON, but the data is not the last member.
-		return env, false
+		return env, at, false
 	}
 	// One string for the envelope's text, its fields slices of it: one
 	// allocation rather than one a field.
 	text := string(record[span[0][0]:span[5][1]])
 	str := func(f int) string { return text[span[f][0]-span[0][0] : span[f][1]-span[0][0]] }
-	id, run, typ, at, source := str(0), str(1), str(2), str(4), str(5)
+	id, run, typ, atText, source := str(0), str(1), str(2), str(4), str(5)
 	v := 0
 	for _, c := range record[span[3][0]:span[3][1]] {
 		v = v*10 + int(c-'0')
@@ -87,16 +87,16 @@ func canonicalEnvelope(record []byte, st *decodeState, validData bool) (env enve
 	// id, and for a new fact no "." or ".." segment in it).
 	if !uuidText(id) || !ValidRunID(run) || typ == "" || len(typ) > MaxTextBytes || !ValidEntityID(source) ||
 		len(source) > MaxTextBytes || st != nil && st.ingest && hasDotSegment(source) {
-		return env, false
+		return env, at, false
 	}
-	if len(at) > MaxTextBytes || !strictRFC3339(at) {
-		return env, false
+	if len(atText) > MaxTextBytes || !strictRFC3339(atText) {
+		return env, at, false
 	}
-	t, err := time.Parse(time.RFC3339Nano, at)
-	if y := t.UTC().Year(); err != nil || y < 0 || y > 9999 {
-		return env, false
+	at, err := time.Parse(time.RFC3339Nano, atText)
+	if y := at.UTC().Year(); err != nil || y < 0 || y > 9999 {
+		return env, at, false
 	}
-	return envelope{ID: id, Run: run, Type: Type(typ), V: v, At: at, Source: source, Data: data}, true
+	return envelope{ID: id, Run: run, Type: Type(typ), V: v, At: atText, Source: source, Data: data}, at, true
 }
 
 func hasPrefixAt(b []byte, i int, lit string) bool {

@@ -261,8 +261,8 @@ func decodeOne(record []byte, st *decodeState) (Event, *FieldError) {
 	// A canonical envelope whose data is valid JSON makes the record valid
 	// JSON: only the data needs the validator (canonenv.go).
 	if utf8.Valid(record) {
-		if env, ok := canonicalEnvelope(record, st, true); ok {
-			return decodeData(env, st)
+		if env, at, ok := canonicalEnvelope(record, st, true); ok {
+			return decodeData(env, at, st)
 		}
 	}
 	if !json.Valid(record) {
@@ -283,14 +283,16 @@ func decodeValidJSON(record []byte, st *decodeState) (Event, *FieldError) {
 	if !utf8.Valid(record) {
 		return Event{}, &FieldError{Err: ErrMalformed, Detail: fmt.Sprintf("invalid UTF-8 at byte %d", invalidUTF8At(record))}
 	}
-	env, ok := canonicalEnvelope(record, st, false)
+	env, at, ok := canonicalEnvelope(record, st, false)
 	if !ok {
 		var fe *FieldError
 		if env, fe = decodeEnvelope(record, st); fe != nil {
 			return Event{}, fe
 		}
+		// The rules accepted it: it parses.
+		at, _ = time.Parse(time.RFC3339Nano, env.At)
 	}
-	return decodeData(env, st)
+	return decodeData(env, at, st)
 }
 
 // decodeEnvelope decodes and checks the envelope of the valid JSON
@@ -304,11 +306,11 @@ func decodeEnvelope(record []byte, st *decodeState) (env envelope, fe *FieldErro
 }
 
 // decodeData is the rest of decodeValidJSON once the envelope has
-// decoded and passed its rules: the type and version, and the data.
-func decodeData(env envelope, st *decodeState) (Event, *FieldError) {
-	// The rules accepted both: the id is a UUID's 36 characters, whose
-	// canonical form is lower case, and at parses.
-	at, _ := time.Parse(time.RFC3339Nano, env.At)
+// decoded and passed its rules, at being its time: the type and version,
+// and the data.
+func decodeData(env envelope, at time.Time, st *decodeState) (Event, *FieldError) {
+	// The rules accepted the id: a UUID's 36 characters, whose canonical
+	// form is lower case.
 	ev := Event{ID: strings.ToLower(env.ID), Run: env.Run, Type: env.Type, V: env.V, Source: env.Source}
 	ev.At = at.UTC()
 	versions, ok := catalogue[env.Type]

@@ -2,6 +2,7 @@ package events
 
 import (
 	"fmt"
+	"time"
 	"unicode/utf8"
 
 	json "github.com/segmentio/encoding/json"
@@ -58,5 +59,6 @@ func decodeGeneral(record []byte, st *decodeState) (Event, *FieldError) {
 	if fe != nil {
 		return Event{}, fe
 	}
-	return decodeData(env, st)
+	at, _ := time.Parse(time.RFC3339Nano, env.At)
+	return decodeData(env, at, st)
 }
