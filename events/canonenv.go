@@ -2,7 +2,6 @@ package events
 
 import (
 	"bytes"
-	"strings"
 	"time"
 )
 
@@ -84,16 +83,15 @@ func canonicalEnvelope(record []byte, st *decodeState, validData bool) (env enve
 	// The checks of the general path: each field's text (checkText: not
 	// empty, no NUL, which plainText excludes) and the rules (the id a
 	// UUID, the run a run id, at an RFC 3339 time, the source an entity
-	// id, and for a new fact no "." or ".." segment in it).
-	if !uuidText(id) || !ValidRunID(run) || typ == "" || len(typ) > MaxTextBytes || !ValidEntityID(source) ||
-		len(source) > MaxTextBytes || st != nil && st.ingest && hasDotSegment(source) {
+	// id, and for a new fact no "." or ".." segment in it). The run's,
+	// the source's and the time's checks bound their length below
+	// MaxTextBytes; the id's is 36.
+	if !isUUID(id) || !ValidRunID(run) || typ == "" || len(typ) > MaxTextBytes || !ValidEntityID(source) ||
+		st != nil && st.ingest && hasDotSegment(source) {
 		return env, at, false
 	}
-	if len(atText) > MaxTextBytes || !strictRFC3339(atText) {
-		return env, at, false
-	}
-	at, err := time.Parse(time.RFC3339Nano, atText)
-	if y := at.UTC().Year(); err != nil || y < 0 || y > 9999 {
+	at, ok, inRange := parseTime(atText)
+	if !ok || !inRange {
 		return env, at, false
 	}
 	return envelope{ID: id, Run: run, Type: Type(typ), V: v, At: atText, Source: source, Data: data}, at, true
@@ -108,33 +106,6 @@ func hasPrefixAt(b []byte, i int, lit string) bool {
 func plainText(b []byte) bool {
 	for _, c := range b {
 		if c < 0x20 || c == '\\' {
-			return false
-		}
-	}
-	return true
-}
-
-// uuidText is the "uuid" format's check for the canonical text of one:
-// 8-4-4-4-12 hex digits, the fourth group's first of the RFC 4122 variant.
-func uuidText(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i := 0; i < 36; i++ {
-		c := s[i]
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-			continue
-		case 19:
-			if !strings.ContainsRune("89abAB", rune(c)) {
-				return false
-			}
-			continue
-		}
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
 			return false
 		}
 	}

@@ -75,7 +75,7 @@ func (*envelope) ruleSet() ruleSet {
 var formats = map[string]format{
 	"uuid": {
 		check: func(s string) string {
-			if id, err := uuid.Parse(s); err != nil || len(s) != 36 || id.Variant() != uuid.RFC4122 {
+			if !isUUID(s) {
 				return fmt.Sprintf("%q is not a UUID (8-4-4-4-12 hex)", clip(s))
 			}
 			return ""
@@ -97,14 +97,9 @@ var formats = map[string]format{
 	},
 	"date-time": {
 		check: func(s string) string {
-			at, err := time.Parse(time.RFC3339Nano, s)
-			if err != nil || !strictRFC3339(s) {
+			if _, ok, inRange := parseTime(s); !ok {
 				return fmt.Sprintf("%q is not an RFC 3339 time", clip(s))
-			}
-			// The canonical form writes `at` in UTC; an offset that moves it
-			// out of years 0000-9999 would encode to a time RFC 3339 cannot
-			// express.
-			if y := at.UTC().Year(); y < 0 || y > 9999 {
+			} else if !inRange {
 				return fmt.Sprintf("%q is outside years 0000-9999 in UTC", clip(s))
 			}
 			return ""
@@ -115,6 +110,27 @@ var formats = map[string]format{
 			"(month 1-12, a day the month has, hour 0-23, minute 0-59, second 0-59), " +
 			"within years 0000-9999 once converted to UTC",
 	},
+}
+
+// isUUID is the "uuid" format's check: 8-4-4-4-12 hex digits of the RFC
+// 4122 variant.
+func isUUID(s string) bool {
+	id, err := uuid.Parse(s)
+	return err == nil && len(s) == 36 && id.Variant() == uuid.RFC4122
+}
+
+// parseTime is the "date-time" format's reading of s: ok when s is an RFC
+// 3339 time as strictRFC3339 writes it, inRange when it is also within
+// years 0000-9999 in UTC. The canonical form writes `at` in UTC; an offset
+// that moves it out of those years would encode to a time RFC 3339 cannot
+// express.
+func parseTime(s string) (at time.Time, ok, inRange bool) {
+	at, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil || !strictRFC3339(s) {
+		return at, false, false
+	}
+	y := at.UTC().Year()
+	return at, true, y >= 0 && y <= 9999
 }
 
 // uuidPattern is the "uuid" format: the variant is the first hex digit of
