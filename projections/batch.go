@@ -432,17 +432,21 @@ func (c *applyCtx) seal() error {
 	for i := range entries {
 		m.Groups[i] = entries[i].Group
 	}
-	samples, err := c.materialize(entries)
-	if err != nil {
-		return err
-	}
 	body, err := events.CanonicalJSON(m)
 	if err != nil {
 		return err
 	}
 	h := sha256.New()
 	h.Write(body)
-	h.Write(samples)
+	var samples []byte
+	if c.noSamples {
+		err = c.writeSamples(entries, h)
+	} else if samples, err = c.materialize(entries); err == nil {
+		h.Write(samples)
+	}
+	if err != nil {
+		return err
+	}
 	m.Digest = "sha256:" + hex.EncodeToString(h.Sum(nil))
 
 	if err := c.s.Set(sealedKey(k), []byte(m.Digest)); err != nil {

@@ -77,6 +77,8 @@ type Fold struct {
 	// repeat says the last record applied repeated an event id applied
 	// before (see Repeat).
 	repeat bool
+	// noSamples is FoldOptions.NoSamples.
+	noSamples bool
 }
 
 // Repeat reports whether the record of the last Apply repeated the id of
@@ -119,6 +121,13 @@ type FoldOptions struct {
 	// into a scratch store (replay), not for a projector, whose Store is
 	// its snapshot at every window.
 	WriteBack int
+	// NoSamples leaves the samples out of every batch.sealed Decision
+	// (Samples is nil). The decision is the same: the manifest's digest
+	// covers the samples, and they are written into it as they are built,
+	// so a batch's tokens are never held in memory at once. For a pass that
+	// compares decisions (replay's verify), not one that stores or exports
+	// the samples.
+	NoSamples bool
 }
 
 // NewFoldWith returns the fold of run with options.
@@ -127,7 +136,7 @@ func NewFoldWith(run string, o FoldOptions) *Fold {
 	if rules == 0 {
 		rules = RuleVersion
 	}
-	f := &Fold{run: run, override: o.Config, recorded: o.Recorded, rules: rules}
+	f := &Fold{run: run, override: o.Config, recorded: o.Recorded, rules: rules, noSamples: o.NoSamples}
 	if o.WriteBack > 0 {
 		f.wb = newWriteBack(o.WriteBack)
 	}
@@ -204,7 +213,7 @@ func (f *Fold) Apply(s Store, r Record) ([]Decision, error) {
 		dg = HashValue(value)
 	}
 	f.repeat = false
-	c := &applyCtx{run: f.run, rules: f.rules, s: s, ev: ev, override: f.override, recorded: f.recorded, cache: &f.cache, digests: &dg, repeat: &f.repeat}
+	c := &applyCtx{run: f.run, rules: f.rules, s: s, ev: ev, override: f.override, recorded: f.recorded, cache: &f.cache, digests: &dg, repeat: &f.repeat, noSamples: f.noSamples}
 	if f.wb != nil {
 		ds, err := f.applyWriteBack(c, r.Partition, r.Offset, value, decodeErr)
 		if err != nil {
@@ -318,6 +327,9 @@ type applyCtx struct {
 	repeat *bool
 	// wb is the fold's write-back cache, nil when it writes through.
 	wb *writeBack
+	// noSamples writes a sealed batch's samples into its digest only
+	// (FoldOptions.NoSamples).
+	noSamples bool
 }
 
 func (c *applyCtx) apply(value []byte) error {

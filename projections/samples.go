@@ -298,21 +298,15 @@ func CountSamples(b []byte) (samples, tokens int, err error) {
 }
 
 // materialize builds the canonical binary samples of a batch from the
-// tokens in the Store. Segments of an attempt run from 0 to the segment of
-// its last turn, so a compaction after a missing turn still numbers the
-// segments after it; an attempt without turns is one empty segment. The
-// tokens go from the stored payloads to the form as bytes: both are
-// little-endian words.
+// tokens in the Store (see writeSamples). It sizes the buffer from the
+// stored payloads' token counts first (the reads are served again from the
+// fold's window when the samples are written), so that a batch of
+// millions of tokens is rarely copied into a larger buffer as it grows:
+// the completion tokens the entry records leave out each turn's
+// observation tokens. A copied prefix is counted at its recorded length.
 func (c *applyCtx) materialize(entries []openGroup) ([]byte, error) {
-	// Sized from the stored payloads' token counts (the reads are served
-	// again from the fold's window when the samples are written), so that
-	// a batch of millions of tokens is rarely copied into a larger buffer
-	// as it grows: the completion tokens the entry records leave out each
-	// turn's observation tokens. A copied prefix is counted at its
-	// recorded length.
-	temps := c.rules >= 4
 	per := bytesPerToken
-	if temps {
+	if c.rules >= 4 {
 		per = bytesPerTokenT
 	}
 	size := 0
@@ -339,8 +333,34 @@ func (c *applyCtx) materialize(entries []openGroup) ([]byte, error) {
 			}
 		}
 	}
-	out := make([]byte, 0, size)
+	out := &sampleBytes{b: make([]byte, 0, size)}
+	if err := c.writeSamples(entries, out); err != nil {
+		return nil, err
+	}
+	return out.b, nil
+}
+
+// sampleBytes collects what writeSamples writes.
+type sampleBytes struct{ b []byte }
+
+func (s *sampleBytes) Write(p []byte) (int, error) {
+	s.b = append(s.b, p...)
+	return len(p), nil
+}
+
+// writeSamples writes the canonical binary samples of a batch, built from
+// the tokens in the Store, to w piece by piece: each sample's header, then
+// its columns. Segments of an attempt run from 0 to the segment of its
+// last turn, so a compaction after a missing turn still numbers the
+// segments after it; an attempt without turns is one empty segment. The
+// tokens go from the stored payloads to the form as bytes: both are
+// little-endian words. Written straight into the batch's digest, a batch
+// is never held whole (FoldOptions.NoSamples). w is a hash or
+// sampleBytes, whose writes do not fail.
+func (c *applyCtx) writeSamples(entries []openGroup, w io.Writer) error {
+	temps := c.rules >= 4
 	var col sampleColumns
+	var head []byte
 	for _, e := range entries {
 		for ai, a := range e.Group.Attempts {
 			segs, pay := e.Segments[ai], e.Payload[ai]
@@ -361,28 +381,28 @@ func (c *applyCtx) materialize(entries []openGroup) ([]byte, error) {
 						// A segment begins with its first turn's prefix.
 						if sh := e.shape(ai, t); sh != nil && sh.Parent >= 0 {
 							if err := at.appendParentPrefix(&col, t, sh.Prefix); err != nil {
-								return nil, err
+								return err
 							}
 						}
 						first = false
 					}
 					if err := at.appendTurn(&col, t, 0, -1, false); err != nil {
-						return nil, err
+						return err
 					}
 				}
-				n := len(col.mask)
-				out = appendSampleHeader(out, e.Group.Group, a.Attempt, seg, a.Advantage, n, temps)
-				out = append(out, col.ids...)
-				out = append(out, col.mask...)
-				out = append(out, col.logprobs...)
-				out = append(out, col.versions...)
+				head = appendSampleHeader(head[:0], e.Group.Group, a.Attempt, seg, a.Advantage, len(col.mask), temps)
+				w.Write(head)
+				w.Write(col.ids)
+				w.Write(col.mask)
+				w.Write(col.logprobs)
+				w.Write(col.versions)
 				if temps {
-					out = append(out, col.temps...)
+					w.Write(col.temps)
 				}
 			}
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // shape is the shape of turn t of attempt ai, nil when the entry has none.

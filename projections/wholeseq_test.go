@@ -191,6 +191,48 @@ func TestWholeSequenceDeterministicAndOldRules(t *testing.T) {
 	}
 }
 
+// A fold that leaves the samples out (replay's verify) concludes the same
+// decisions byte for byte, digests included, under the rules of today and
+// of a run sealed before temperatures, writing through or back.
+func TestNoSamplesSameDecisions(t *testing.T) {
+	b := wholeSequenceRun(t)
+	for _, o := range []FoldOptions{{}, {RuleVersion: 3}, {WriteBack: 1 << 20}} {
+		fold := func(o FoldOptions) []Decision {
+			f, s := NewFoldWith(testRun, o), NewMemStore()
+			var out []Decision
+			for _, r := range b.records() {
+				ds, err := f.Apply(s, r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, ds...)
+			}
+			return out
+		}
+		want := fold(o)
+		o.NoSamples = true
+		got := fold(o)
+		if len(got) != len(want) {
+			t.Fatalf("%+v: %d decisions, want %d", o, len(got), len(want))
+		}
+		sealed := 0
+		for i := range want {
+			if !bytes.Equal(got[i].Value, want[i].Value) {
+				t.Errorf("%+v: decision %s %d differs:\n got %.200s\nwant %.200s", o, want[i].Kind, want[i].Seq, got[i].Value, want[i].Value)
+			}
+			if want[i].Kind == KindBatchSealed {
+				sealed++
+				if len(want[i].Samples) == 0 || got[i].Samples != nil {
+					t.Errorf("%+v: batch %d: %d sample bytes kept, %d without NoSamples", o, want[i].Seq, len(got[i].Samples), len(want[i].Samples))
+				}
+			}
+		}
+		if sealed == 0 {
+			t.Fatalf("%+v: no batch sealed", o)
+		}
+	}
+}
+
 // The canonical form of a sample with temperatures roundtrips, and one
 // without reads as temperature 1.
 func TestSampleTemperaturesForm(t *testing.T) {

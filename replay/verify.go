@@ -203,8 +203,10 @@ func Verify(ctx context.Context, src Source, o VerifyOptions) (*Report, error) {
 	}
 	defer store.Close()
 	// Fold with the configuration the run recorded, not this build's
-	// defaults (docs/design.md §4.3).
-	fold := projections.NewFoldWith(rep.Run, projections.FoldOptions{Recorded: config, RuleVersion: rules, WriteBack: writeBackBytes})
+	// defaults (docs/design.md §4.3). Decisions are compared by their
+	// bytes, whose digests cover the samples: the samples themselves are
+	// not kept.
+	fold := projections.NewFoldWith(rep.Run, projections.FoldOptions{Recorded: config, RuleVersion: rules, WriteBack: writeBackBytes, NoSamples: true})
 	err = factsOf(ctx, src, func(f Fact) error {
 		ds, err := fold.Apply(store, f.Record())
 		if err != nil {
