@@ -41,9 +41,12 @@ const (
 	dedupEntry      = 16 + 32
 	dedupPage       = 85 // entries a page: 4,080 bytes
 	dedupMemEntries = 1 << 19
-	// dedupFilterBytes is the filter of the ids written: at 50 M facts,
-	// ~11 bits an id and 1% false positives.
+	// dedupFilterBytes bounds the filter of the ids written: at 50 M
+	// facts, ~11 bits an id and 1% false positives. A run known to be
+	// shorter gets dedupFilterBits an id (dedupFilterFor).
 	dedupFilterBytes = 64 << 20
+	dedupFilterBits  = 12
+	dedupFilterMin   = 64 << 10
 	dedupHashes      = 7
 	// dedupRunBits is the bits per entry of a run's own filter: ~1% false
 	// positives, each a page read.
@@ -84,8 +87,22 @@ type dedupRun struct {
 	filter bloom
 }
 
-func newDedupIndex(dir string) *dedupIndex {
-	return &dedupIndex{dir: dir, limit: dedupMemEntries, filter: newBloom(dedupFilterBytes)}
+// newDedupIndex makes an empty index in dir for a run of at most facts
+// facts (0: unknown).
+func newDedupIndex(dir string, facts uint64) *dedupIndex {
+	return &dedupIndex{dir: dir, limit: dedupMemEntries, filter: newBloom(dedupFilterFor(facts))}
+}
+
+// dedupFilterFor sizes the filter of a run of at most facts facts (0:
+// unknown, the largest). A filter no larger than the run needs stays in
+// the caches a fact's probe reads, and costs no page faults for pages a
+// short run never fills; a run longer than its bound only sees more false
+// positives, each a lookup in memory.
+func dedupFilterFor(facts uint64) int {
+	if facts == 0 || facts >= dedupFilterBytes*8/dedupFilterBits {
+		return dedupFilterBytes
+	}
+	return max(dedupFilterMin, int(facts)*dedupFilterBits/8)
 }
 
 // bloom is a blocked Bloom filter: every id sets dedupHashes bits of one

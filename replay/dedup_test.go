@@ -16,16 +16,18 @@ func TestDedupIndex(t *testing.T) {
 		s := sha256.Sum256(binary.BigEndian.AppendUint64(nil, uint64(i)))
 		return dedupID(s[:16])
 	}
-	t.Run("filter", func(t *testing.T) { testDedupIndex(t, newDedupIndex(t.TempDir()), random) })
+	t.Run("filter", func(t *testing.T) { testDedupIndex(t, newDedupIndex(t.TempDir(), 0), random) })
+	// A filter sized for a run a tenth as long as the one it sees.
+	t.Run("a run past its bound", func(t *testing.T) { testDedupIndex(t, newDedupIndex(t.TempDir(), 1000), random) })
 	t.Run("every lookup reaches the runs", func(t *testing.T) {
-		d := newDedupIndex(t.TempDir())
+		d := newDedupIndex(t.TempDir(), 0)
 		d.filter = newBloom(64) // one block: every bit set after a few ids
 		testDedupIndex(t, d, random)
 	})
 	// UUIDv7s made in one millisecond share their first six bytes; a
 	// spill orders ids by their first eight, then by the rest.
 	t.Run("ids sharing their first word", func(t *testing.T) {
-		d := newDedupIndex(t.TempDir())
+		d := newDedupIndex(t.TempDir(), 0)
 		d.filter = newBloom(64)
 		testDedupIndex(t, d, func(i int) dedupID {
 			id := random(i)
@@ -33,6 +35,24 @@ func TestDedupIndex(t *testing.T) {
 			return id
 		})
 	})
+}
+
+// The filter is sized by the run's bound, within its least and its most.
+func TestDedupFilterFor(t *testing.T) {
+	for _, tc := range []struct {
+		facts uint64
+		bytes int
+	}{
+		{0, dedupFilterBytes}, // unknown
+		{1, dedupFilterMin},
+		{3_000_000, 3_000_000 * dedupFilterBits / 8},
+		{50_000_000, dedupFilterBytes},
+		{1 << 40, dedupFilterBytes},
+	} {
+		if got := dedupFilterFor(tc.facts); got != tc.bytes {
+			t.Errorf("%d facts: a filter of %d bytes, want %d", tc.facts, got, tc.bytes)
+		}
+	}
 }
 
 func testDedupIndex(t *testing.T, d *dedupIndex, id func(int) dedupID) {

@@ -33,7 +33,7 @@ func Fold(ctx context.Context, src Source, o FoldOptions, fn func(Fact, []projec
 	if err != nil {
 		return err
 	}
-	store, err := openScratch(o.ScratchDir)
+	store, err := openScratch(o.ScratchDir, src)
 	if err != nil {
 		return err
 	}

@@ -20,17 +20,26 @@ import (
 const writeBackBytes = 64 << 20
 
 // openScratch makes an empty fold state on disk under dir (empty: the
-// system's temporary directory): the dedup index in files of its own
-// (dedup.go), the rest in a Pebble database.
-func openScratch(dir string) (*scratch, error) {
+// system's temporary directory) for the facts of src: the dedup index in
+// files of its own (dedup.go), sized by the facts src may hold when it
+// says, the rest in a Pebble database.
+func openScratch(dir string, src Source) (*scratch, error) {
 	// The spill's filter now sees only the keys other than the dedup
 	// index's, a few per group: a smaller one does.
 	s, err := foldstore.OpenSpill(foldstore.SpillOptions{Dir: dir, FilterBytes: 8 << 20})
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
-	return &scratch{Spill: s, dedup: newDedupIndex(s.Dir())}, nil
+	var facts uint64
+	if b, ok := src.(factsBounder); ok {
+		facts = b.factsBound()
+	}
+	return &scratch{Spill: s, dedup: newDedupIndex(s.Dir(), facts)}, nil
 }
+
+// factsBounder is a Source that knows, before it is read, at most how many
+// facts it holds.
+type factsBounder interface{ factsBound() uint64 }
 
 // scratch is a pass's fold state: the dedup index's keys in a dedupIndex,
 // every other key in the spill.

@@ -197,7 +197,7 @@ func Verify(ctx context.Context, src Source, o VerifyOptions) (*Report, error) {
 	var firstDiffers *Divergence
 	var firstRecomputed []byte
 	maxSeq := map[events.Type]uint64{}
-	store, err := openScratch(o.ScratchDir)
+	store, err := openScratch(o.ScratchDir, src)
 	if err != nil {
 		return nil, err
 	}

@@ -266,7 +266,7 @@ func WhatIf(ctx context.Context, src Source, o Overrides) (*WhatIfResult, error)
 		return nil, fmt.Errorf("replay: the what-if config is invalid: %w", err)
 	}
 	fold := projections.NewFoldWith(src.Run(), projections.FoldOptions{Config: o.Apply, Recorded: decided, RuleVersion: rules})
-	store, err := openScratch("")
+	store, err := openScratch("", src)
 	if err != nil {
 		return nil, err
 	}
