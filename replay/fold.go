@@ -13,6 +13,10 @@ type FoldOptions struct {
 	// ScratchDir is where the fold's state is kept while it runs; empty
 	// means the system's temporary directory.
 	ScratchDir string
+	// NoSamples leaves the samples out of the batch.sealed decisions fn
+	// receives (projections.FoldOptions.NoSamples), for consumers that do
+	// not read them: the fold then never holds a batch's tokens at once.
+	NoSamples bool
 }
 
 // Fold folds every fact of src, decoded ahead on the other cores, and
@@ -38,7 +42,7 @@ func Fold(ctx context.Context, src Source, o FoldOptions, fn func(Fact, []projec
 		return err
 	}
 	defer store.Close()
-	fold := projections.NewFoldWith(src.Run(), projections.FoldOptions{Recorded: config, RuleVersion: rules, WriteBack: writeBackBytes})
+	fold := projections.NewFoldWith(src.Run(), projections.FoldOptions{Recorded: config, RuleVersion: rules, WriteBack: writeBackBytes, NoSamples: o.NoSamples})
 	err = factsOf(ctx, src, func(f Fact) error {
 		ds, err := fold.Apply(store, f.Record())
 		if err != nil {

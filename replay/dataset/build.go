@@ -582,7 +582,7 @@ func foldInto(ctx context.Context, src replay.Source, o Options, collect func(re
 		done <- err
 	}()
 	buf := make([]item, 0, batch)
-	err := replay.Fold(ctx, src, replay.FoldOptions{ScratchDir: o.ScratchDir}, func(f replay.Fact, ds []projections.Decision) error {
+	err := replay.Fold(ctx, src, replay.FoldOptions{ScratchDir: o.ScratchDir, NoSamples: !o.Samples}, func(f replay.Fact, ds []projections.Decision) error {
 		f.Value = nil // the rows are read from the decoded event
 		if buf = append(buf, item{f, ds}); len(buf) == batch {
 			select {
