@@ -141,15 +141,7 @@ func TestOrphanedTokensAreReleased(t *testing.T) {
 	b.attempt("g1/b", "g1", "").tokenTurn("g1/b", 0, 0, nil, []int32{4}).finished("g1/b")
 	b.closed("g1")
 	b.tokenTurn("lost/a", 0, 0, []int32{5}, []int32{6, 7}) // its attempt.started never comes
-	f, s := NewFold(testRun), NewMemStore()
-	var ds []Decision
-	for _, rec := range b.records() {
-		out, err := f.Apply(s, rec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ds = append(ds, out...)
-	}
+	ds, s := b.foldWith(FoldOptions{})
 	for _, k := range s.Keys() {
 		if bytes.HasPrefix(k, []byte(pfxTurn)) {
 			t.Errorf("key %q is still held: no sample can use it", k)

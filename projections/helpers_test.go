@@ -199,6 +199,22 @@ func (b *runBuilder) fold() []Decision {
 	return ds
 }
 
+// foldWith folds the run's records with o into a fresh store and returns
+// the decisions and the store.
+func (b *runBuilder) foldWith(o FoldOptions) ([]Decision, *MemStore) {
+	b.t.Helper()
+	f, s := NewFoldWith(testRun, o), NewMemStore()
+	var ds []Decision
+	for _, r := range b.records() {
+		out, err := f.Apply(s, r)
+		if err != nil {
+			b.t.Fatalf("fold: %v", err)
+		}
+		ds = append(ds, out...)
+	}
+	return ds, s
+}
+
 func envelopeOf(t testing.TB, d Decision) Envelope {
 	t.Helper()
 	var env Envelope

@@ -165,15 +165,7 @@ func TestWholeSequenceDeterministicAndOldRules(t *testing.T) {
 			t.Fatalf("decision %d differs", i)
 		}
 	}
-	f, s := NewFoldWith(testRun, FoldOptions{RuleVersion: 3}), NewMemStore()
-	var old []Decision
-	for _, r := range b.records() {
-		ds, err := f.Apply(s, r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		old = append(old, ds...)
-	}
+	old, _ := b.foldWith(FoldOptions{RuleVersion: 3})
 	m, samples := sealedSamples(t, old)
 	if m.RuleVersion != 3 || envelopeOf(t, old[len(old)-1]).RuleVersion != 3 {
 		t.Errorf("rule version %d", m.RuleVersion)
@@ -197,21 +189,9 @@ func TestWholeSequenceDeterministicAndOldRules(t *testing.T) {
 func TestNoSamplesSameDecisions(t *testing.T) {
 	b := wholeSequenceRun(t)
 	for _, o := range []FoldOptions{{}, {RuleVersion: 3}, {WriteBack: 1 << 20}} {
-		fold := func(o FoldOptions) []Decision {
-			f, s := NewFoldWith(testRun, o), NewMemStore()
-			var out []Decision
-			for _, r := range b.records() {
-				ds, err := f.Apply(s, r)
-				if err != nil {
-					t.Fatal(err)
-				}
-				out = append(out, ds...)
-			}
-			return out
-		}
-		want := fold(o)
+		want, _ := b.foldWith(o)
 		o.NoSamples = true
-		got := fold(o)
+		got, _ := b.foldWith(o)
 		if len(got) != len(want) {
 			t.Fatalf("%+v: %d decisions, want %d", o, len(got), len(want))
 		}
