@@ -52,12 +52,13 @@ func AsOfStep(ctx context.Context, src Source, k uint64) (*StepState, error) {
 		return nil, errors.New("replay: steps start at 1")
 	}
 	st := &StepState{Run: src.Run(), Step: k}
-	// Under the configuration the run's decisions recorded, as Verify.
+	// Under the configuration the run's decisions recorded, as Verify, and
+	// as Verify without the batches' samples: the state lists none.
 	decided, rules, err := decidedConfig(ctx, src, nil)
 	if err != nil {
 		return nil, err
 	}
-	fold, store := projections.NewFoldWith(src.Run(), projections.FoldOptions{Recorded: decided, RuleVersion: rules}), projections.NewMemStore()
+	fold, store := projections.NewFoldWith(src.Run(), projections.FoldOptions{Recorded: decided, RuleVersion: rules, NoSamples: true}), projections.NewMemStore()
 	versions := map[int64]int{}
 	sealed := uint64(0)
 	err = factsOf(ctx, src, func(f Fact) error {

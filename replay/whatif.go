@@ -265,7 +265,9 @@ func WhatIf(ctx context.Context, src Source, o Overrides) (*WhatIfResult, error)
 	if err := res.WhatIf.Validate(); err != nil {
 		return nil, fmt.Errorf("replay: the what-if config is invalid: %w", err)
 	}
-	fold := projections.NewFoldWith(src.Run(), projections.FoldOptions{Config: o.Apply, Recorded: decided, RuleVersion: rules})
+	// Batches are compared by their digests, which cover the samples: the
+	// samples themselves are not kept.
+	fold := projections.NewFoldWith(src.Run(), projections.FoldOptions{Config: o.Apply, Recorded: decided, RuleVersion: rules, NoSamples: true})
 	store, err := openScratch("", src)
 	if err != nil {
 		return nil, err
