@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
@@ -104,6 +105,71 @@ func TestEventKeyID(t *testing.T) {
 		}
 		if ok && fmt.Sprintf("%x", id) != "0190a1b2c3d47e5f8a9b0c1d2e3f4a5b" {
 			t.Errorf("eventKeyID(%q) = %x", tc.key, id)
+		}
+	}
+}
+
+// The scratch store sends event keys to the dedup index by their parsed
+// ids, every other key to the spill; the key it parsed last, remembered,
+// never answers for another key, even one written into the same buffer.
+func TestScratchRoutesKeys(t *testing.T) {
+	s, err := openScratch(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	key := func(uuid string) []byte { return []byte(eventKeyPrefix + uuid) }
+	k1, k2 := key("0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"), key("0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5c")
+	sum := func(b byte) []byte { return bytes.Repeat([]byte{b}, len(dedupSum{})) }
+	want := func(k []byte, v []byte) {
+		t.Helper()
+		got, ok, err := s.Get(k)
+		switch {
+		case err != nil:
+			t.Fatal(err)
+		case v == nil && ok:
+			t.Fatalf("%q: got %x, want nothing", k, got)
+		case v != nil && (!ok || !bytes.Equal(got, v)):
+			t.Fatalf("%q: got %x (%v), want %x", k, got, ok, v)
+		}
+	}
+	want(k1, nil)
+	if err := s.Set(k2, sum(2)); err != nil {
+		t.Fatal(err)
+	}
+	want(k1, nil)
+	want(k2, sum(2))
+	if err := s.Set(k1, sum(1)); err != nil {
+		t.Fatal(err)
+	}
+	want(k1, sum(1))
+	buf := bytes.Clone(k1)
+	want(buf, sum(1))
+	copy(buf, key("0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5d"))
+	want(buf, nil)
+	want(k2, sum(2))
+	if err := s.Delete(k1); err == nil {
+		t.Error("a dedup entry was deleted")
+	}
+	// A key of an event key's length that is not one goes to the spill,
+	// before any event key was parsed and after.
+	for _, s2 := range []bool{false, true} {
+		st := s
+		if !s2 {
+			if st, err = openScratch(t.TempDir(), nil); err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+		}
+		other := make([]byte, eventKeyLen)
+		if err := st.Set(other, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		if got, ok, err := st.Get(other); err != nil || !ok || string(got) != "x" {
+			t.Fatalf("a %d-byte key of zeros: got %q %v %v", len(other), got, ok, err)
+		}
+		if err := st.Delete(other); err != nil {
+			t.Fatalf("a key of the spill: %v", err)
 		}
 	}
 }

@@ -46,11 +46,29 @@ type factsBounder interface{ factsBound() uint64 }
 type scratch struct {
 	*foldstore.Spill
 	dedup *dedupIndex
+	// The event key parsed last and its id: the fold sets a new id's
+	// entry right after looking it up, with the same key.
+	lastKey [eventKeyLen]byte
+	lastID  dedupID
+	parsed  bool
+}
+
+// keyID is eventKeyID, the key parsed last remembered.
+func (s *scratch) keyID(k []byte) (dedupID, bool) {
+	if s.parsed && len(k) == eventKeyLen && string(k) == string(s.lastKey[:]) {
+		return s.lastID, true
+	}
+	id, ok := eventKeyID(k)
+	if ok {
+		copy(s.lastKey[:], k)
+		s.lastID, s.parsed = id, true
+	}
+	return id, ok
 }
 
 // Get implements projections.Store.
 func (s *scratch) Get(k []byte) ([]byte, bool, error) {
-	if id, ok := eventKeyID(k); ok {
+	if id, ok := s.keyID(k); ok {
 		return s.dedup.get(id)
 	}
 	return s.Spill.Get(k)
@@ -58,7 +76,7 @@ func (s *scratch) Get(k []byte) ([]byte, bool, error) {
 
 // Set implements projections.Store.
 func (s *scratch) Set(k, v []byte) error {
-	if id, ok := eventKeyID(k); ok {
+	if id, ok := s.keyID(k); ok {
 		if len(v) != len(dedupSum{}) {
 			return fmt.Errorf("replay: dedup index: a %d-byte value for %q, want a SHA-256", len(v), k)
 		}
@@ -69,7 +87,7 @@ func (s *scratch) Set(k, v []byte) error {
 
 // Delete implements projections.Store.
 func (s *scratch) Delete(k []byte) error {
-	if _, ok := eventKeyID(k); ok {
+	if _, ok := s.keyID(k); ok {
 		return fmt.Errorf("replay: dedup index: entries are never deleted (%q)", k)
 	}
 	return s.Spill.Delete(k)
