@@ -349,8 +349,8 @@ func (a *Archive) section(ctx context.Context, start int64, kind byte, fn func(a
 	}
 }
 
-// factsBound is the number of facts the archive holds.
-func (a *Archive) factsBound() uint64 { return a.manifest.Facts }
+// FactsBound is the number of facts the archive holds ([FactsBounder]).
+func (a *Archive) FactsBound() uint64 { return a.manifest.Facts }
 
 // Facts reads the archived facts.
 func (a *Archive) Facts(ctx context.Context, fn func(Fact) error) error {

@@ -76,9 +76,9 @@ func runPartition(ctx context.Context, kc kafkalog.Config, topic, run string) (i
 // Run is the run the source reads.
 func (s *KafkaSource) Run() string { return s.run }
 
-// factsBound is the end offset of the run's partition: the run's facts are
-// some of the records before it.
-func (s *KafkaSource) factsBound() uint64 { return uint64(max(s.factsEnd, 0)) }
+// FactsBound is the end offset of the run's partition: the run's facts are
+// some of the records before it ([FactsBounder]).
+func (s *KafkaSource) FactsBound() uint64 { return uint64(max(s.factsEnd, 0)) }
 
 // Describe names the partitions read and up to which offsets.
 func (s *KafkaSource) Describe() string {

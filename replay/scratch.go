@@ -31,15 +31,11 @@ func openScratch(dir string, src Source) (*scratch, error) {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
 	var facts uint64
-	if b, ok := src.(factsBounder); ok {
-		facts = b.factsBound()
+	if b, ok := src.(FactsBounder); ok {
+		facts = b.FactsBound()
 	}
 	return &scratch{Spill: s, dedup: newDedupIndex(s.Dir(), facts)}, nil
 }
-
-// factsBounder is a Source that knows, before it is read, at most how many
-// facts it holds.
-type factsBounder interface{ factsBound() uint64 }
 
 // scratch is a pass's fold state: the dedup index's keys in a dedupIndex,
 // every other key in the spill.

@@ -72,6 +72,14 @@ type Source interface {
 	Describe() string
 }
 
+// FactsBounder is a Source that knows, before it is read, at most how many
+// facts it holds (0: it cannot say). A pass over it sizes the filter of its
+// dedup index by that bound (docs/design.md §14.2); a source wrapping
+// another passes the other's bound on.
+type FactsBounder interface {
+	FactsBound() uint64
+}
+
 // LeafIndexer is a Source that also carries the leaf hashes its exporter
 // computed, fact by fact, as it read the history (an archive's leaf index).
 // Replay never takes them on trust: it recomputes every leaf from the

@@ -208,6 +208,14 @@ type progressSource struct {
 	begin func(run string)
 }
 
+// FactsBound passes the wrapped source's bound on ([replay.FactsBounder]).
+func (p *progressSource) FactsBound() uint64 {
+	if b, ok := p.Source.(replay.FactsBounder); ok {
+		return b.FactsBound()
+	}
+	return 0
+}
+
 func (p *progressSource) Facts(ctx context.Context, fn func(replay.Fact) error) error {
 	p.begin(p.Run())
 	return p.Source.Facts(ctx, fn)

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/rolloutledger/rolloutledger/replay"
 )
 
 // TestExportDataset exports an archive as each dataset format through the
@@ -75,4 +77,18 @@ func treeBytes(t *testing.T, root string) map[string]string {
 		t.Fatal(err)
 	}
 	return files
+}
+
+// The progress wrapper keeps the archive's count of facts, by which the
+// export's fold sizes its dedup filter.
+func TestProgressSourceFactsBound(t *testing.T) {
+	a, err := replay.OpenArchive(writeArchive(t, t.TempDir(), nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var src replay.Source = &progressSource{Source: a, begin: func(string) {}}
+	b, ok := src.(replay.FactsBounder)
+	if !ok || a.Manifest().Facts == 0 || b.FactsBound() != a.Manifest().Facts {
+		t.Fatalf("the wrapper's bound is not the archive's %d facts", a.Manifest().Facts)
+	}
 }
