@@ -195,6 +195,9 @@ func OpenArchive(path string) (*Archive, error) {
 	fr.off = int64(len(archiveMagic))
 
 	kind, payload, err := fr.next()
+	if err == io.EOF {
+		return nil, bad(fr.off, 0, "the archive ends after its magic, without a header")
+	}
 	if err != nil {
 		return nil, err
 	}
