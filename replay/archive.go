@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash"
 	"hash/crc32"
 	"io"
 	"math"
@@ -401,11 +400,10 @@ type frameReader struct {
 	off  int64 // offset of the next frame
 	at   int64 // offset of the frame last read
 	end  int64 // offset where the frames end
-	crc  hash.Hash32
 }
 
 func newFrameReader(r io.Reader, path string, end int64) *frameReader {
-	return &frameReader{r: bufio.NewReaderSize(r, 1<<20), path: path, end: end, crc: crc32.New(castagnoli)}
+	return &frameReader{r: bufio.NewReaderSize(r, 1<<20), path: path, end: end}
 }
 
 func (fr *frameReader) next() (byte, []byte, error) {
@@ -427,30 +425,26 @@ func (fr *frameReader) next() (byte, []byte, error) {
 	if n > maxFrame {
 		return 0, nil, bad("frame %q of %d bytes, more than %d", kind, n, maxFrame)
 	}
+	// The kind and the length as written, which the CRC covers: on the
+	// stack, where a hash.Hash32's Write would move them to the heap.
+	var head [1 + binary.MaxVarintLen64]byte
+	head[0] = kind
+	h := head[:1+binary.PutUvarint(head[1:], n)]
 	// A damaged length must not make the reader allocate what the file
 	// cannot hold.
-	if fr.at+1+int64(uvarintLen(n))+int64(n)+4 > fr.end {
+	if fr.at+int64(len(h))+int64(n)+4 > fr.end {
 		return 0, nil, bad("frame %q of %d bytes runs past the end of the frames at byte %d", kind, n, fr.end)
 	}
 	payload := make([]byte, n+4)
 	if _, err := io.ReadFull(fr.r, payload); err != nil {
 		return 0, nil, bad("frame %q: truncated", kind)
 	}
-	var lenBuf [binary.MaxVarintLen64]byte
-	fr.crc.Reset()
-	fr.crc.Write([]byte{kind})
-	fr.crc.Write(lenBuf[:binary.PutUvarint(lenBuf[:], n)])
-	fr.crc.Write(payload[:n])
-	if got, want := fr.crc.Sum32(), binary.LittleEndian.Uint32(payload[n:]); got != want {
-		return 0, nil, bad("frame %q: CRC-32C %08x, recorded %08x", kind, got, want)
+	crc := crc32.Update(crc32.Update(0, castagnoli, h), castagnoli, payload[:n])
+	if want := binary.LittleEndian.Uint32(payload[n:]); crc != want {
+		return 0, nil, bad("frame %q: CRC-32C %08x, recorded %08x", kind, crc, want)
 	}
-	fr.off += 1 + int64(uvarintLen(n)) + int64(n) + 4
+	fr.off += int64(len(h)) + int64(n) + 4
 	return kind, payload[:n:n], nil
-}
-
-func uvarintLen(n uint64) int {
-	var b [binary.MaxVarintLen64]byte
-	return binary.PutUvarint(b[:], n)
 }
 
 func parseFact(p []byte) (seq uint64, part int32, off int64, value []byte, err error) {
