@@ -71,10 +71,6 @@ type dedupIndex struct {
 	next   int          // name of the next run file
 	page   [dedupPage * dedupEntry]byte
 	value  dedupSum // the value a Get lends
-	// The id hashed last and its hash (see hash).
-	lastID   dedupID
-	lastHash uint64
-	hashed   bool
 }
 
 type dedupMem struct {
@@ -162,15 +158,6 @@ func (b *bloom) add(h uint64) (seen bool) {
 
 func dedupHash(id *dedupID) uint64 { return xxhash.Sum64(id[:]) }
 
-// hash is dedupHash, the id hashed last remembered: the fold sets a new
-// id's entry right after looking it up.
-func (d *dedupIndex) hash(id *dedupID) uint64 {
-	if !d.hashed || *id != d.lastID {
-		d.lastID, d.lastHash, d.hashed = *id, dedupHash(id), true
-	}
-	return d.lastHash
-}
-
 // lookup finds id among the entries in memory: the slot it is in, or the
 // free slot it would take.
 func (d *dedupIndex) lookup(id *dedupID, h uint64) (slot int, found bool) {
@@ -189,7 +176,7 @@ func (d *dedupIndex) lookup(id *dedupID, h uint64) (slot int, found bool) {
 
 // get returns the digest stored under id; it is lent until the next get.
 func (d *dedupIndex) get(id dedupID) ([]byte, bool, error) {
-	h := d.hash(&id)
+	h := dedupHash(&id)
 	if !d.filter.has(h) {
 		return nil, false, nil
 	}
@@ -220,7 +207,7 @@ func (d *dedupIndex) find(id dedupID, h uint64) ([]byte, bool, error) {
 // set stores the digest of an id not stored yet: the fold writes an id's
 // entry once, after looking it up.
 func (d *dedupIndex) set(id dedupID, sum dedupSum) error {
-	h := d.hash(&id)
+	h := dedupHash(&id)
 	if d.filter.add(h) {
 		if _, ok, err := d.find(id, h); err != nil || ok {
 			if err == nil {

@@ -153,9 +153,9 @@ func TestScratchRoutesKeys(t *testing.T) {
 	}
 	// A key of an event key's length that is not one goes to the spill,
 	// before any event key was parsed and after.
-	for _, s2 := range []bool{false, true} {
+	for _, fresh := range []bool{true, false} {
 		st := s
-		if !s2 {
+		if fresh {
 			if st, err = openScratch(t.TempDir(), nil); err != nil {
 				t.Fatal(err)
 			}
