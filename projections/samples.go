@@ -1,6 +1,7 @@
 package projections
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/binary"
 	"errors"
@@ -333,19 +334,11 @@ func (c *applyCtx) materialize(entries []openGroup) ([]byte, error) {
 			}
 		}
 	}
-	out := &sampleBytes{b: make([]byte, 0, size)}
+	out := bytes.NewBuffer(make([]byte, 0, size))
 	if err := c.writeSamples(entries, out); err != nil {
 		return nil, err
 	}
-	return out.b, nil
-}
-
-// sampleBytes collects what writeSamples writes.
-type sampleBytes struct{ b []byte }
-
-func (s *sampleBytes) Write(p []byte) (int, error) {
-	s.b = append(s.b, p...)
-	return len(p), nil
+	return out.Bytes(), nil
 }
 
 // writeSamples writes the canonical binary samples of a batch, built from
@@ -355,8 +348,8 @@ func (s *sampleBytes) Write(p []byte) (int, error) {
 // segments after it; an attempt without turns is one empty segment. The
 // tokens go from the stored payloads to the form as bytes: both are
 // little-endian words. Written straight into the batch's digest, a batch
-// is never held whole (FoldOptions.NoSamples). w is a hash or
-// sampleBytes, whose writes do not fail.
+// is never held whole (FoldOptions.NoSamples). w is a hash or a
+// bytes.Buffer, whose writes do not fail.
 func (c *applyCtx) writeSamples(entries []openGroup, w io.Writer) error {
 	temps := c.rules >= 4
 	var col sampleColumns
