@@ -400,6 +400,32 @@ type frameReader struct {
 	off  int64 // offset of the next frame
 	at   int64 // offset of the frame last read
 	end  int64 // offset where the frames end
+	// head holds a frame's kind and length as written, for its CRC: a
+	// field, since a local passed to the CRC would move to the heap at
+	// every frame.
+	head [1 + binary.MaxVarintLen64]byte
+	// slab is where the next frames' payloads are cut from (see payload).
+	slab []byte
+}
+
+// frameSlab is the size of the blocks frames' payloads are cut from.
+const frameSlab = 256 << 10
+
+// payload returns n bytes for a frame's payload and CRC. Payloads are cut
+// from shared blocks, one allocation for many frames: a replay reads one
+// frame a fact, and the fold holds each fact's value only until it has
+// applied it, so a block lives as long as the facts cut from it are in
+// flight. Each payload's capacity ends at its own bytes.
+func (fr *frameReader) payload(n int) []byte {
+	if n > frameSlab/4 {
+		return make([]byte, n)
+	}
+	if len(fr.slab) < n {
+		fr.slab = make([]byte, frameSlab)
+	}
+	p := fr.slab[:n:n]
+	fr.slab = fr.slab[n:]
+	return p
 }
 
 func newFrameReader(r io.Reader, path string, end int64) *frameReader {
@@ -425,17 +451,15 @@ func (fr *frameReader) next() (byte, []byte, error) {
 	if n > maxFrame {
 		return 0, nil, bad("frame %q of %d bytes, more than %d", kind, n, maxFrame)
 	}
-	// The kind and the length as written, which the CRC covers: on the
-	// stack, where a hash.Hash32's Write would move them to the heap.
-	var head [1 + binary.MaxVarintLen64]byte
-	head[0] = kind
-	h := head[:1+binary.PutUvarint(head[1:], n)]
+	// The kind and the length as written, which the CRC covers.
+	fr.head[0] = kind
+	h := fr.head[:1+binary.PutUvarint(fr.head[1:], n)]
 	// A damaged length must not make the reader allocate what the file
 	// cannot hold.
 	if fr.at+int64(len(h))+int64(n)+4 > fr.end {
 		return 0, nil, bad("frame %q of %d bytes runs past the end of the frames at byte %d", kind, n, fr.end)
 	}
-	payload := make([]byte, n+4)
+	payload := fr.payload(int(n) + 4)
 	if _, err := io.ReadFull(fr.r, payload); err != nil {
 		return 0, nil, bad("frame %q: truncated", kind)
 	}
