@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"sync"
 
 	"github.com/rolloutledger/rolloutledger/events"
 )
@@ -38,14 +39,24 @@ type Digests struct {
 // HashValue computes the digests of a record value.
 func HashValue(value []byte) Digests {
 	d := Digests{sum: sha256.Sum256(value), set: true}
-	h := digests.Get().(hash.Hash)
-	h.Reset()
-	h.Write(leafPrefix[:])
-	h.Write(value)
-	h.Sum(d.leaf[:0])
-	digests.Put(h)
+	h := leafHashers.Get().(*leafHasher)
+	h.h.Reset()
+	h.h.Write(leafPrefix[:])
+	h.h.Write(value)
+	d.leaf = [sha256.Size]byte(h.h.Sum(h.out[:0]))
+	leafHashers.Put(h)
 	return d
 }
+
+// leafHasher is a pooled digest and the buffer its sums go to: a sum
+// written into the caller's array through the hash.Hash interface would
+// move that array to the heap at every record.
+type leafHasher struct {
+	h   hash.Hash
+	out [sha256.Size]byte
+}
+
+var leafHashers = sync.Pool{New: func() any { return &leafHasher{h: sha256.New()} }}
 
 // Set reports whether d was computed.
 func (d *Digests) Set() bool { return d.set }
@@ -79,6 +90,11 @@ type Fold struct {
 	repeat bool
 	// noSamples is FoldOptions.NoSamples.
 	noSamples bool
+	// digests are those of the record being applied, and key the room
+	// for its dedup key: kept here, where the Store's and the tree's
+	// copies of them cost no allocation.
+	digests Digests
+	key     []byte
 }
 
 // Repeat reports whether the record of the last Apply repeated the id of
@@ -208,12 +224,12 @@ func (f *Fold) Apply(s Store, r Record) ([]Decision, error) {
 
 	// The digests a caller computed are of r.Value; a value encoded here
 	// from r.Event is hashed here.
-	dg := r.Digests
-	if !dg.set || len(r.Value) == 0 {
-		dg = HashValue(value)
+	f.digests = r.Digests
+	if !f.digests.set || len(r.Value) == 0 {
+		f.digests = HashValue(value)
 	}
 	f.repeat = false
-	c := &applyCtx{run: f.run, rules: f.rules, s: s, ev: ev, override: f.override, recorded: f.recorded, cache: &f.cache, digests: &dg, repeat: &f.repeat, noSamples: f.noSamples}
+	c := &applyCtx{run: f.run, rules: f.rules, s: s, ev: ev, override: f.override, recorded: f.recorded, cache: &f.cache, digests: &f.digests, key: &f.key, repeat: &f.repeat, noSamples: f.noSamples}
 	if f.wb != nil {
 		ds, err := f.applyWriteBack(c, r.Partition, r.Offset, value, decodeErr)
 		if err != nil {
@@ -321,8 +337,10 @@ type applyCtx struct {
 	override func(*events.Config)
 	recorded *events.Config
 	cache    *treeCache
-	// digests are the record value's (see HashValue).
+	// digests are the record value's (see HashValue); key is the fold's
+	// room for a key the Store copies.
 	digests *Digests
+	key     *[]byte
 	// repeat is set when the record repeats an event id (Fold.Repeat).
 	repeat *bool
 	// wb is the fold's write-back cache, nil when it writes through.
@@ -377,22 +395,28 @@ func (c *applyCtx) apply(value []byte) error {
 // already applied (docs/design.md §5.4): identical bytes are dropped silently,
 // different bytes are a conflicting duplicate and ignored as well.
 func (c *applyCtx) dedup(value []byte) (bool, error) {
-	sum := c.digests.sum
-	key := eventKey(c.ev.ID)
+	sum := c.digests.sum[:]
+	var key []byte
+	if c.key != nil {
+		key = appendEventKey((*c.key)[:0], c.ev.ID)
+		*c.key = key
+	} else {
+		key = eventKey(c.ev.ID)
+	}
 	prev, ok, err := c.s.Get(key)
 	if err != nil {
 		return false, err
 	}
 	if !ok {
-		return false, c.s.Set(key, sum[:])
+		return false, c.s.Set(key, sum)
 	}
-	if bytes.Equal(prev, sum[:]) {
+	if bytes.Equal(prev, sum) {
 		return true, nil
 	}
 	return true, c.finding(Finding{
 		Kind: FindingConflictingDuplicate, Event: c.ev.ID, Type: c.ev.Type,
 		Detail: fmt.Sprintf("event %s was first applied with sha256 %s; this record has sha256 %s and is ignored",
-			c.ev.ID, hex.EncodeToString(prev), hex.EncodeToString(sum[:])),
+			c.ev.ID, hex.EncodeToString(prev), hex.EncodeToString(sum)),
 	})
 }
 

@@ -41,13 +41,16 @@ const (
 // fold has applied a record.
 const HeaderKey = keyHeader
 
-func eventKey(id string) []byte        { return []byte(pfxEvent + id) }
+func eventKey(id string) []byte        { return appendEventKey(nil, id) }
 func taskKey(task string) []byte       { return []byte(pfxTask + task) }
 func groupKey(group string) []byte     { return []byte(pfxGroup + group) }
 func attemptKey(attempt string) []byte { return []byte(pfxAtt + attempt) }
 func openKey(i uint64) []byte          { return strconv.AppendUint([]byte(pfxOpen), i, 10) }
 func dropKey(i uint64) []byte          { return strconv.AppendUint([]byte(pfxDrop), i, 10) }
 func sealedKey(k uint64) []byte        { return strconv.AppendUint([]byte(pfxSealed), k, 10) }
+
+// appendEventKey appends the dedup key of event id to b.
+func appendEventKey(b []byte, id string) []byte { return append(append(b, pfxEvent...), id...) }
 
 func turnKey(attempt string, turn int64) []byte {
 	k := make([]byte, 0, len(pfxTurn)+len(attempt)+1+4)

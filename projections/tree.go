@@ -81,21 +81,76 @@ func HashChildren(left, right []byte) []byte {
 	return sum[:]
 }
 
-// treeFactory builds the compact ranges of fact trees.
-var treeFactory = &compact.RangeFactory{Hash: HashChildren}
-
 // Tree is the right edge of a run's fact tree: enough to append leaves and
 // compute the head at every size, in O(log size) memory. Its zero value is
 // not usable; use [NewTree].
 type Tree struct {
 	r *compact.Range
+	// slab is where the tree's next hashes are cut from (see hash). The
+	// range keeps the hashes it is given and those it computes, a leaf's
+	// and about one interior node's a fact: one allocation each would be
+	// two of the few a replay makes per fact.
+	slab []byte
+}
+
+// treeSlab is the size of the blocks a tree's hashes are cut from. The
+// range holds at most one hash per level, 64 at most; each can keep its
+// block alive, so a tree holds at most 64 blocks no longer needed.
+const treeSlab = 128 * sha256.Size
+
+// hash returns room for one hash, cut from the tree's slab.
+func (t *Tree) hash() []byte {
+	if len(t.slab) < sha256.Size {
+		t.slab = make([]byte, treeSlab)
+	}
+	h := t.slab[:sha256.Size:sha256.Size]
+	t.slab = t.slab[sha256.Size:]
+	return h
+}
+
+// hashChildren is HashChildren into the tree's slab.
+func (t *Tree) hashChildren(left, right []byte) []byte {
+	if len(left) != sha256.Size || len(right) != sha256.Size {
+		return HashChildren(left, right)
+	}
+	var buf [1 + 2*sha256.Size]byte
+	buf[0] = rfc6962.RFC6962NodeHashPrefix
+	copy(buf[1:], left)
+	copy(buf[1+sha256.Size:], right)
+	sum := sha256.Sum256(buf[:])
+	h := t.hash()
+	copy(h, sum[:])
+	return h
+}
+
+// newRange makes t's range from size and hashes (nil: empty), hashing
+// into t's slab.
+func (t *Tree) newRange(size uint64, hashes [][]byte) error {
+	f := &compact.RangeFactory{Hash: t.hashChildren}
+	if size == 0 && hashes == nil {
+		t.r = f.NewEmptyRange(0)
+		return nil
+	}
+	r, err := f.NewRange(0, size, hashes)
+	t.r = r
+	return err
 }
 
 // NewTree returns the empty tree.
-func NewTree() *Tree { return &Tree{r: treeFactory.NewEmptyRange(0)} }
+func NewTree() *Tree {
+	t := &Tree{}
+	_ = t.newRange(0, nil) // an empty range cannot fail
+	return t
+}
 
-// Append adds the leaf with the given leaf hash.
+// Append adds the leaf with the given leaf hash. The tree keeps a copy:
+// leaf may be reused when Append returns.
 func (t *Tree) Append(leaf []byte) {
+	if len(leaf) == sha256.Size {
+		leaf = append(t.hash()[:0], leaf...)
+	} else {
+		leaf = bytes.Clone(leaf)
+	}
 	// Append fails only for a corrupt range, which a Tree never holds.
 	if err := t.r.Append(leaf, nil); err != nil {
 		panic(fmt.Sprintf("projections: fact tree: %v", err))
@@ -155,11 +210,11 @@ func decodeTree(b []byte) (*Tree, error) {
 	for i := range hashes {
 		hashes[i] = own[32*i : 32*(i+1) : 32*(i+1)]
 	}
-	rg, err := treeFactory.NewRange(0, size, hashes)
-	if err != nil {
+	t := &Tree{}
+	if err := t.newRange(size, hashes); err != nil {
 		return nil, fmt.Errorf("%w: fact tree: %v", ErrCorruptState, err)
 	}
-	return &Tree{r: rg}, nil
+	return t, nil
 }
 
 // appendLeaf adds the record being applied to the run's fact tree. The

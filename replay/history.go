@@ -168,7 +168,8 @@ func (h *historyCheck) compareLeaf(seq uint64, a []byte, aok bool, b []byte, bok
 		h.winA = append(h.winA, a)
 	}
 	if len(h.winB) < window && bok {
-		h.winB = append(h.winB, b)
+		// b may be a fact's own digest, which the caller reuses.
+		h.winB = append(h.winB, bytes.Clone(b))
 		h.winPos = append(h.winPos, pos)
 	}
 }
