@@ -36,6 +36,18 @@ func decoded(ctx context.Context, produce func(ctx context.Context, emit func(Fa
 	workers := max(1, runtime.GOMAXPROCS(0))
 	jobs := make(chan *decodeJob, workers)
 	order := make(chan *decodeJob, 2*workers+2)
+	// free holds the batches' slices the fold is done with, for the next
+	// batches: a batch's facts are a few hundred bytes each, and fresh
+	// slices were most of the bytes a replay allocates.
+	free := make(chan []Fact, cap(order)+workers+2)
+	newJob := func() *decodeJob {
+		select {
+		case facts := <-free:
+			return &decodeJob{facts: facts, done: make(chan struct{})}
+		default:
+			return &decodeJob{facts: make([]Fact, 0, decodeBatch), done: make(chan struct{})}
+		}
+	}
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
@@ -59,7 +71,7 @@ func decoded(ctx context.Context, produce func(ctx context.Context, emit func(Fa
 	go func() {
 		defer close(order)
 		defer close(jobs)
-		job, size := &decodeJob{done: make(chan struct{})}, 0
+		job, size := newJob(), 0
 		flush := func() error {
 			if len(job.facts) == 0 {
 				return nil
@@ -71,7 +83,7 @@ func decoded(ctx context.Context, produce func(ctx context.Context, emit func(Fa
 					return context.Cause(ctx)
 				}
 			}
-			job, size = &decodeJob{done: make(chan struct{})}, 0
+			job, size = newJob(), 0
 			return nil
 		}
 		produced = produce(ctx, func(f Fact) error {
@@ -95,6 +107,13 @@ func decoded(ctx context.Context, produce func(ctx context.Context, emit func(Fa
 			if err = fn(f); err != nil {
 				cancel(err)
 			}
+		}
+		// fn was given copies: nothing refers to the slice now. Cleared,
+		// it holds no fact's value or data alive.
+		clear(j.facts)
+		select {
+		case free <- j.facts[:0]:
+		default:
 		}
 	}
 	wg.Wait()
