@@ -82,11 +82,12 @@ func canonicalEnvelope(record []byte, st *decodeState, validData bool) (env enve
 	}
 	// The checks of the general path: each field's text (checkText: not
 	// empty, no NUL, which plainText excludes) and the rules (the id a
-	// UUID, the run a run id, at an RFC 3339 time, the source an entity
-	// id, and for a new fact no "." or ".." segment in it). The run's,
-	// the source's and the time's checks bound their length below
-	// MaxTextBytes; the id's is 36.
-	if !isUUID(id) || !ValidRunID(run) || typ == "" || len(typ) > MaxTextBytes || !ValidEntityID(source) ||
+	// UUID, here in lower case as the canonical form writes it, the run a
+	// run id, at an RFC 3339 time, the source an entity id, and for a new
+	// fact no "." or ".." segment in it). The run's, the source's and the
+	// time's checks bound their length below MaxTextBytes; the id's is 36.
+	// An id with upper case takes the general path, which lowers it.
+	if !isLowerUUID(id) || !ValidRunID(run) || typ == "" || len(typ) > MaxTextBytes || !ValidEntityID(source) ||
 		st != nil && st.ingest && hasDotSegment(source) {
 		return env, at, false
 	}

@@ -119,6 +119,29 @@ func isUUID(s string) bool {
 	return err == nil && len(s) == 36 && id.Variant() == uuid.RFC4122
 }
 
+// isLowerUUID is isUUID of a UUID written in lower case, the canonical
+// form: hex digits in groups of 8, 4, 4, 4 and 12 joined by hyphens, the
+// variant's (the fourth group's first digit) 8, 9, a or b.
+func isLowerUUID(s string) bool {
+	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch i {
+		case 8, 13, 18, 23:
+			continue
+		}
+		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	switch s[19] {
+	case '8', '9', 'a', 'b':
+		return true
+	}
+	return false
+}
+
 // parseTime is the "date-time" format's reading of s: ok when s is an RFC
 // 3339 time as strictRFC3339 writes it, inRange when it is also within
 // years 0000-9999 in UTC. The canonical form writes `at` in UTC; an offset
@@ -318,16 +341,21 @@ func decodeEnvelope(record []byte, st *decodeState) (env envelope, fe *FieldErro
 	if fe := decodeObject(record, rv, "", st.nested()); fe != nil {
 		return env, fe
 	}
-	return env, checkRules(rv, "")
+	if fe := checkRules(rv, ""); fe != nil {
+		return env, fe
+	}
+	// The rules accepted the id: a UUID's 36 characters, whose canonical
+	// form is lower case. (A canonical envelope's id is lower case
+	// already: canonicalEnvelope takes no other.)
+	env.ID = strings.ToLower(env.ID)
+	return env, nil
 }
 
 // decodeData is the rest of decodeValidJSON once the envelope has
 // decoded and passed its rules, at being its time: the type and version,
 // and the data.
 func decodeData(env envelope, at time.Time, st *decodeState) (Event, *FieldError) {
-	// The rules accepted the id: a UUID's 36 characters, whose canonical
-	// form is lower case.
-	ev := Event{ID: strings.ToLower(env.ID), Run: env.Run, Type: env.Type, V: env.V, Source: env.Source}
+	ev := Event{ID: env.ID, Run: env.Run, Type: env.Type, V: env.V, Source: env.Source}
 	ev.At = at.UTC()
 	versions, ok := catalogue[env.Type]
 	if !ok {

@@ -368,6 +368,11 @@ func envelopeSeeds() [][]byte {
 	}
 	for _, c := range []struct{ field, value string }{
 		{"id", q(strings.ToUpper(testID))},
+		{"id", q("01890a5d-ac96-774b-Bcc8-1ef0d1a2b3c4")}, // upper case in places: the general path lowers it
+		{"id", q("01890a5d-ac96-774b-bcc8-1EF0d1a2b3c4")},
+		{"id", q("01890a5d-ac96-774b-8cc8-1ef0d1a2b3c4")}, {"id", q("01890a5d-ac96-774b-acc8-1ef0d1a2b3c4")},
+		{"id", q("01890a5d-ac96-774b-ccc8-1ef0d1a2b3c4")}, {"id", q("01890a5d-ac96-774b-bcc8-1ef0d1a2b3cg")},
+		{"id", q("01890a5d-ac96+774b-bcc8-1ef0d1a2b3c4")},
 		{"id", q("01890a5d-ac96-774b-7cc8-1ef0d1a2b3c4")}, // variant not RFC 4122
 		{"id", q("01890a5d-ac96-774b-bcc8-1ef0d1a2b3c")},
 		{"id", q("{01890a5d-ac96-774b-bcc8-1ef0d1a2b3c4}")},

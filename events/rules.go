@@ -599,7 +599,8 @@ func formatValue(v reflect.Value) string {
 // the first, its detail listing them all.
 func checkRules(rv reflect.Value, path string) *FieldError {
 	s := specOf(rv.Type())
-	for _, i := range s.nested {
+	// Objects without rules, at any depth, have nothing to check here.
+	for _, i := range s.ruled {
 		fs := &s.fields[i]
 		fv := rv.Field(fs.index)
 		fpath := fs.path(path)

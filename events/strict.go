@@ -26,8 +26,10 @@ type spec struct {
 	fields []fieldSpec
 	byName map[string]int
 	// nested lists the fields holding objects (structs, arrays of structs),
-	// whose rules run before the type's own.
+	// whose rules run before the type's own; ruled, those of them whose
+	// objects have rules, or hold objects that do.
 	nested []int
+	ruled  []int
 	rules  *compiledRules
 	// binary lists the fields carried as base64 binary (catalogue v2).
 	binary []int
@@ -140,6 +142,15 @@ func buildSpec(t reflect.Type) *spec {
 	}
 	s.emptyable = emptyable(s)
 	s.rules = compileRules(t, s)
+	for _, i := range s.nested {
+		et := s.fields[i].typ
+		if et.Kind() != reflect.Struct {
+			et = et.Elem()
+		}
+		if inner := specOf(et); inner.rules != nil || len(inner.ruled) > 0 {
+			s.ruled = append(s.ruled, i)
+		}
+	}
 	specsAdd.Lock()
 	defer specsAdd.Unlock()
 	var next map[reflect.Type]*spec
@@ -299,16 +310,24 @@ func decodeObject(raw []byte, rv reflect.Value, path string, st *decodeState) *F
 			}
 			return fieldErr(join(path, fs.name), ErrMissingField, "required")
 		}
-		fpath := fs.path(path)
+		// A field's path is made for errors and for the objects it holds;
+		// below the data's own fields it costs an allocation, so a scalar
+		// there is decoded under the empty path and its error's field is
+		// completed if it fails.
+		relative := path != "" && path != "data" && !fs.holdsObjects && fs.format == ""
+		var fpath string
+		if !relative {
+			fpath = fs.path(path)
+		}
 		if isNull(val) {
-			return fieldErr(fpath, ErrWrongType, "null is not allowed")
+			return fieldErr(fs.path(path), ErrWrongType, "null is not allowed")
 		}
 		ingest := st != nil && st.ingest
 		if ingest && !fs.holdsObjects {
 			// The general decoder would turn the escape into U+FFFD: text
 			// other than what the producer sent.
 			if esc, ok := loneSurrogate(val); ok {
-				return fieldErr(fpath, ErrInvalidValue, "%s is half of a UTF-16 surrogate pair, alone: not a Unicode character", esc)
+				return fieldErr(fs.path(path), ErrInvalidValue, "%s is half of a UTF-16 surrogate pair, alone: not a Unicode character", esc)
 			}
 		}
 		if fs.format != "" {
@@ -322,11 +341,15 @@ func decodeObject(raw []byte, rv reflect.Value, path string, st *decodeState) *F
 			continue
 		}
 		if fe := decodeValue(val, rv.Field(fs.index), fs, fpath, st.nested()); fe != nil {
+			if relative {
+				// decodeValue names the field "" and its parts "[i]" or ".key".
+				fe.Field = fs.path(path) + fe.Field
+			}
 			return fe
 		}
 		if ingest && fs.id {
 			if id := rv.Field(fs.index).String(); hasDotSegment(id) {
-				return fieldErr(fpath, ErrInvalidValue, "%q has a . or .. path segment, which would read as a path wherever the id names a file or a URL", clip(id))
+				return fieldErr(fs.path(path), ErrInvalidValue, "%q has a . or .. path segment, which would read as a path wherever the id names a file or a URL", clip(id))
 			}
 		}
 	}
