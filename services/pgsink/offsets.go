@@ -42,11 +42,16 @@ func (st store) Open(ctx context.Context, parts []TopicPartition) (consumer.Sess
 		conn.Close(context.WithoutCancel(ctx))
 		return nil, nil, err
 	}
+	plan, err := describeTables(ctx, conn, s.o.Schema)
+	if err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		return nil, nil, err
+	}
 	offsets := make(map[TopicPartition]int64, len(stored))
 	for tp, st := range stored {
 		offsets[tp] = st.Next
 	}
-	return &writer{s: s, conn: conn, offsets: offsets}, stored, nil
+	return &writer{s: s, conn: conn, offsets: offsets, plan: plan}, stored, nil
 }
 
 func (s *Sink) open(ctx context.Context, conn *pgx.Conn, parts []TopicPartition) (map[TopicPartition]consumer.Stored, error) {

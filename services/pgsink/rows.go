@@ -21,6 +21,11 @@ const kindAuditCheckpoint = "audit.checkpoint"
 // rowSet is rows of some records, per table, in record order.
 type rowSet struct {
 	rows [numTables][][]any
+	// enc holds each table's rows as binary COPY tuples, when the window
+	// was prepared with a plan (copybin.go); encFailed marks a table
+	// whose rows did not all encode.
+	enc       [numTables][]byte
+	encFailed [numTables]bool
 }
 
 func (rs *rowSet) add(t tableID, row ...any) {

@@ -24,7 +24,9 @@ const decodeSlice = 256
 // decoder) is most of the sink's CPU time, so large windows are cut into
 // slices decoded on all cores; a table's rows may then come in any order,
 // which the inserts do not depend on (they sort by log position).
-func prepare(batch []kafkalog.Message, factsTopic string, tel *telemetry.Telemetry) *window {
+//
+// With a plan, each slice's rows are also encoded for COPY (copybin.go).
+func prepare(batch []kafkalog.Message, factsTopic string, plan *copyPlan, tel *telemetry.Telemetry) *window {
 	w := &window{records: len(batch)}
 	if len(batch) == 0 {
 		return w
@@ -45,6 +47,9 @@ func prepare(batch []kafkalog.Message, factsTopic string, tel *telemetry.Telemet
 		wg.Go(func() {
 			for _, m := range batch[lo:hi] {
 				rs.addRecord(m, m.Topic == factsTopic)
+			}
+			if plan != nil {
+				rs.encode(plan)
 			}
 		})
 	}

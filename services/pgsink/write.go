@@ -27,11 +27,14 @@ type writer struct {
 	// need them). A failed transaction ends the session, so a creation
 	// rolled back is never taken for done.
 	staging bool
+	// plan is the session's description of its tables, for encoding rows
+	// as they are prepared (copybin.go).
+	plan *copyPlan
 }
 
 // Prepare decodes a window's rows while the previous window is written.
 func (w *writer) Prepare(cw *consumer.Window) {
-	cw.Prepared = prepare(cw.Records, w.s.o.Kafka.FactsTopic(), w.s.tel)
+	cw.Prepared = prepare(cw.Records, w.s.o.Kafka.FactsTopic(), w.plan, w.s.tel)
 }
 
 // Apply stores a prepared window (see write).
@@ -210,7 +213,15 @@ func (w *writer) copyDirect(ctx context.Context, tx pgx.Tx, win *window) ([]tabl
 			continue
 		}
 		t := &tables[id]
-		n, err := tx.CopyFrom(ctx, pgx.Identifier{schema, t.name}, t.cols, &ownColumns{rows: rows, n: len(t.cols), i: -1})
+		var n int64
+		var err error
+		if r, _, ok := win.encoded(id); ok && w.plan != nil {
+			var tag pgconn.CommandTag
+			tag, err = tx.Conn().PgConn().CopyFrom(ctx, r, w.plan.sql[id])
+			n = tag.RowsAffected()
+		} else {
+			n, err = tx.CopyFrom(ctx, pgx.Identifier{schema, t.name}, t.cols, &ownColumns{rows: rows, n: len(t.cols), i: -1})
+		}
 		if err != nil {
 			var pe *pgconn.PgError
 			if errors.As(err, &pe) && strings.HasPrefix(pe.Code, "23") { // integrity constraint violation
