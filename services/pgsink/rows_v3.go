@@ -10,8 +10,9 @@ import (
 // A version 1 or 2 fact has none of it: NULLs, false and an empty tags
 // array.
 
-// turnV3 is the v3 columns of a turn, in the order of tables[tTurns].
-func turnV3(d *events.TurnGenerated) []any {
+// appendTurnV3 appends the v3 columns of a turn to row, in the order of
+// tables[tTurns].
+func appendTurnV3(row []any, d *events.TurnGenerated) []any {
 	var parent, divTurn, divAt any
 	if d.Parent != nil {
 		parent = int64(*d.Parent)
@@ -46,10 +47,10 @@ func turnV3(d *events.TurnGenerated) []any {
 			break
 		}
 	}
-	return []any{parent, prefix, divTurn, divAt, nullable(d.PromptIDsFrom), nullable(d.IDsFrom),
+	return append(row, parent, prefix, divTurn, divAt, nullable(d.PromptIDsFrom), nullable(d.IDsFrom),
 		orNil(s.Temperature), orNil(s.TopP), orNil(s.TopK), orNil(s.MinP), orNil(s.MaxTokens), orNil(s.Seed),
 		orNil(s.PresencePenalty), orNil(s.FrequencyPenalty), orNil(s.RepetitionPenalty), nullable(s.LogprobsMode),
-		engine, version, tags, d.HasTag(events.TagRefused), known}
+		engine, version, tags, d.HasTag(events.TagRefused), known)
 }
 
 // turnV3Cols are the columns of turnV3.
