@@ -301,6 +301,9 @@ func decodeObject(raw []byte, rv reflect.Value, path string, st *decodeState) *F
 		slices.Sort(unknown)
 		return fieldErr(join(path, unknown[0]), ErrUnknownField, "%q is not a field of %s", unknown[0], describe(path))
 	}
+	// The object's plain strings (string fields given without escapes,
+	// nearly all of them) share one allocation, cut into the fields.
+	texts, plain := plainStrings(s, vals)
 	for i := range s.fields {
 		fs := &s.fields[i]
 		val := vals[i]
@@ -309,6 +312,21 @@ func decodeObject(raw []byte, rv reflect.Value, path string, st *decodeState) *F
 				continue
 			}
 			return fieldErr(join(path, fs.name), ErrMissingField, "required")
+		}
+		if i < 64 && plain&(1<<i) != 0 {
+			// decodeValue's reading of a string, on the shared text: it has
+			// no escape, so no lone surrogate either.
+			text := texts[:len(val)-2]
+			texts = texts[len(text):]
+			rv.Field(fs.index).SetString(text)
+			if fe := checkText(text, fs, "", false); fe != nil {
+				fe.Field = fs.path(path)
+				return fe
+			}
+			if st != nil && st.ingest && fs.id && hasDotSegment(text) {
+				return fieldErr(fs.path(path), ErrInvalidValue, "%q has a . or .. path segment, which would read as a path wherever the id names a file or a URL", clip(text))
+			}
+			continue
 		}
 		// A field's path is made for errors and for the objects it holds;
 		// below the data's own fields it costs an allocation, so a scalar
@@ -354,6 +372,34 @@ func decodeObject(raw []byte, rv reflect.Value, path string, st *decodeState) *F
 		}
 	}
 	return nil
+}
+
+// plainStrings is the text of the string fields of vals given as strings
+// without escapes, one after another in field order, and the mask of those
+// fields (of the first 64).
+func plainStrings(s *spec, vals [][]byte) (string, uint64) {
+	var mask uint64
+	n := 0
+	for i := range min(len(vals), 64) {
+		val := vals[i]
+		if fs := &s.fields[i]; fs.typ.Kind() != reflect.String || fs.format != "" ||
+			len(val) < 2 || val[0] != '"' || bytes.IndexByte(val[1:len(val)-1], '\\') >= 0 {
+			continue
+		}
+		mask |= 1 << i
+		n += len(val) - 2
+	}
+	if mask == 0 {
+		return "", 0
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for i := range min(len(vals), 64) {
+		if mask&(1<<i) != 0 {
+			b.Write(vals[i][1 : len(vals[i])-1])
+		}
+	}
+	return b.String(), mask
 }
 
 // decodeBinary fills the []int32 or []float32 fv from raw, a JSON string
