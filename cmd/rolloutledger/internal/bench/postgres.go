@@ -18,7 +18,7 @@ import (
 )
 
 func postgresFigures(ctx context.Context, e *env) ([]*Figure, error) {
-	sink := &Figure{Name: "pgsink into Postgres", Unit: "rows/s", Command: e.cmd(GroupPostgres) + " ; go test -run '^$' -bench SinkVsPsqlCopy -benchtime 3x ./services/pgsink/"}
+	sink := &Figure{Name: "pgsink into Postgres", Unit: "rows/s", Command: e.cmd(GroupPostgres) + " ; go test -run '^$' -bench SinkVsPsqlCopy -benchtime 3x ./cmd/rolloutledger/internal/bench/"}
 	psql := &Figure{Name: "psql \\copy of the same rows", Unit: "rows/s", Command: sink.Command}
 	if e.o.DatabaseURL == "" {
 		sink.Skipped, psql.Skipped = true, true
