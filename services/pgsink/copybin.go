@@ -16,9 +16,9 @@ import (
 )
 
 // Rows reach the tables by COPY in PostgreSQL's binary format
-// (docs/design.md §13). pgx's CopyFrom encodes each row on the
-// connection's goroutine while the transaction waits for it, and finds an
-// encoding plan for every value. The sink instead encodes a window's rows
+// (docs/design.md §13). pgx's CopyFrom encodes a table's rows while its
+// COPY runs, the transaction waiting on them, and finds an encoding plan
+// for every value. The sink instead encodes a window's rows
 // as it decodes them, on every core, while the previous window is being
 // written: each column's type is known from the session's description of
 // its table, and the common values (text, integers, floats, booleans,
