@@ -203,6 +203,15 @@ func unquoteKey(q []byte) string {
 	return s
 }
 
+// unescapedText is the text of the JSON string raw when it holds no
+// escape: the bytes between its quotes, as they decode.
+func unescapedText(raw []byte) ([]byte, bool) {
+	if len(raw) < 2 || raw[0] != '"' || bytes.IndexByte(raw[1:len(raw)-1], '\\') >= 0 {
+		return nil, false
+	}
+	return raw[1 : len(raw)-1], true
+}
+
 // decodeScalar fills fv from raw without reflection for the plain kinds
 // whose JSON form is unambiguous: unescaped strings, integers, booleans. It
 // reports false when raw needs the general decoder, which then also
@@ -210,11 +219,11 @@ func unquoteKey(q []byte) string {
 func decodeScalar(raw []byte, fv reflect.Value) bool {
 	switch fv.Kind() {
 	case reflect.String:
-		if len(raw) < 2 || raw[0] != '"' || bytes.IndexByte(raw[1:len(raw)-1], '\\') >= 0 {
-			return false
+		text, ok := unescapedText(raw)
+		if ok {
+			fv.SetString(string(text))
 		}
-		fv.SetString(string(raw[1 : len(raw)-1]))
-		return true
+		return ok
 	case reflect.Int, reflect.Int32, reflect.Int64:
 		for j, c := range raw {
 			if !(c >= '0' && c <= '9' || c == '-' && j == 0) {

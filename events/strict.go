@@ -323,8 +323,10 @@ func decodeObject(raw []byte, rv reflect.Value, path string, st *decodeState) *F
 				fe.Field = fs.path(path)
 				return fe
 			}
-			if st != nil && st.ingest && fs.id && hasDotSegment(text) {
-				return fieldErr(fs.path(path), ErrInvalidValue, "%q has a . or .. path segment, which would read as a path wherever the id names a file or a URL", clip(text))
+			if st != nil && st.ingest && fs.id {
+				if fe := checkIDSegments(text, fs, path); fe != nil {
+					return fe
+				}
 			}
 			continue
 		}
@@ -366,10 +368,19 @@ func decodeObject(raw []byte, rv reflect.Value, path string, st *decodeState) *F
 			return fe
 		}
 		if ingest && fs.id {
-			if id := rv.Field(fs.index).String(); hasDotSegment(id) {
-				return fieldErr(fs.path(path), ErrInvalidValue, "%q has a . or .. path segment, which would read as a path wherever the id names a file or a URL", clip(id))
+			if fe := checkIDSegments(rv.Field(fs.index).String(), fs, path); fe != nil {
+				return fe
 			}
 		}
+	}
+	return nil
+}
+
+// checkIDSegments refuses, for a new fact, an id field of the object at
+// path with a "." or ".." segment.
+func checkIDSegments(id string, fs *fieldSpec, path string) *FieldError {
+	if hasDotSegment(id) {
+		return fieldErr(fs.path(path), ErrInvalidValue, "%q has a . or .. path segment, which would read as a path wherever the id names a file or a URL", clip(id))
 	}
 	return nil
 }
@@ -381,13 +392,15 @@ func plainStrings(s *spec, vals [][]byte) (string, uint64) {
 	var mask uint64
 	n := 0
 	for i := range min(len(vals), 64) {
-		val := vals[i]
-		if fs := &s.fields[i]; fs.typ.Kind() != reflect.String || fs.format != "" ||
-			len(val) < 2 || val[0] != '"' || bytes.IndexByte(val[1:len(val)-1], '\\') >= 0 {
+		if fs := &s.fields[i]; fs.typ.Kind() != reflect.String || fs.format != "" {
+			continue
+		}
+		text, ok := unescapedText(vals[i])
+		if !ok {
 			continue
 		}
 		mask |= 1 << i
-		n += len(val) - 2
+		n += len(text)
 	}
 	if mask == 0 {
 		return "", 0
