@@ -67,10 +67,11 @@ func (rs *rowSet) addFact(m kafkalog.Message) string {
 		return "fact id is not a UUID"
 	}
 	part, off := int32(m.Partition), m.Offset
-	common := func(tail ...any) []any {
-		row := make([]any, 0, len(factCols)+len(tail))
-		return append(append(row, id, ev.Run, ev.Source, ev.At, part, off), tail...)
+	// head is a row of width columns with the fact's own filled in.
+	head := func(width int) []any {
+		return append(make([]any, 0, width), id, ev.Run, ev.Source, ev.At, part, off)
 	}
+	common := func(tail ...any) []any { return append(head(len(factCols)+len(tail)), tail...) }
 	switch d := ev.Data.(type) {
 	case *events.RunStarted:
 		c := d.Config.Resolve()
@@ -105,7 +106,7 @@ func (rs *rowSet) addFact(m kafkalog.Message) string {
 		for i, s := range d.VersionSegments {
 			starts[i], versions[i] = s.Start, s.PolicyVersion
 		}
-		row := append(make([]any, 0, len(tables[tTurns].cols)), id, ev.Run, ev.Source, ev.At, part, off,
+		row := append(head(len(tables[tTurns].cols)),
 			d.Attempt, int64(d.Turn), d.PolicyVersion(), d.PromptTokens, d.CompletionTokens,
 			d.CachedTokens, int64(len(d.ObservationTokenIDs)), int64(len(d.TokenIDs)), d.Finish, d.LatencyMS,
 			starts, versions, nullable(d.Text), d.TextCut)
@@ -142,8 +143,7 @@ func (rs *rowSet) addFact(m kafkalog.Message) string {
 // addDecision adds the rows of one decision, or says why it has none.
 func (rs *rowSet) addDecision(m kafkalog.Message) string {
 	// Decisions are read with segmentio's decoder, which reads
-	// encoding/json's documents into the same values, several times
-	// faster.
+	// encoding/json's documents into the same values, faster.
 	var env projections.Envelope
 	if err := segjson.Unmarshal(m.Value, &env); err != nil {
 		return "undecodable decision: " + err.Error()

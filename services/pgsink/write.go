@@ -208,18 +208,23 @@ func (w *writer) copyDirect(ctx context.Context, tx pgx.Tx, win *window) ([]tabl
 	var copied []tableID
 	var counts []int64
 	for id := range numTables {
-		rows := win.tableRows(id)
-		if len(rows) == 0 {
-			continue
-		}
 		t := &tables[id]
 		var n int64
 		var err error
-		if r, _, ok := win.encoded(id); ok && w.plan != nil {
+		// The rows encoded ahead; the boxed rows, gathered from the
+		// window's slices, only for a table whose rows did not encode.
+		if r, encoded, ok := win.encoded(id); ok && w.plan != nil {
+			if encoded == 0 {
+				continue
+			}
 			var tag pgconn.CommandTag
 			tag, err = tx.Conn().PgConn().CopyFrom(ctx, r, w.plan.sql[id])
 			n = tag.RowsAffected()
 		} else {
+			rows := win.tableRows(id)
+			if len(rows) == 0 {
+				continue
+			}
 			n, err = tx.CopyFrom(ctx, pgx.Identifier{schema, t.name}, t.cols, &ownColumns{rows: rows, n: len(t.cols), i: -1})
 		}
 		if err != nil {
