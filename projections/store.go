@@ -39,12 +39,18 @@ func NewMemStore() *MemStore {
 	return &MemStore{m: map[string][]byte{}, events: map[[16]byte][32]byte{}}
 }
 
-// packedEvent returns the packed form of a dedup-index key: the event
+// EventKeyLen is the length of a dedup-index key of a canonical UUID.
+const EventKeyLen = len(pfxEvent) + 36
+
+// EventKey is the dedup-index key of event id.
+func EventKey(id string) []byte { return eventKey(id) }
+
+// ParseEventKey returns the packed form of a dedup-index key: the event
 // prefix and a UUID written canonically (lowercase 8-4-4-4-12), so that it
-// prints back to the same bytes.
-func packedEvent(key []byte) ([16]byte, bool) {
+// prints back to the same bytes; ok is false for any other key.
+func ParseEventKey(key []byte) ([16]byte, bool) {
 	var id [16]byte
-	if len(key) != len(pfxEvent)+36 || !bytes.HasPrefix(key, []byte(pfxEvent)) {
+	if len(key) != EventKeyLen || !bytes.HasPrefix(key, []byte(pfxEvent)) {
 		return id, false
 	}
 	u := key[len(pfxEvent):]
@@ -83,7 +89,7 @@ func eventKeyOf(id [16]byte) string {
 
 // Get returns the value stored under key.
 func (s *MemStore) Get(key []byte) ([]byte, bool, error) {
-	if id, ok := packedEvent(key); ok {
+	if id, ok := ParseEventKey(key); ok {
 		if v, ok := s.events[id]; ok {
 			return v[:], true, nil
 		}
@@ -94,12 +100,12 @@ func (s *MemStore) Get(key []byte) ([]byte, bool, error) {
 
 // Set stores a copy of value under key.
 func (s *MemStore) Set(key, value []byte) error {
-	if id, ok := packedEvent(key); ok && len(value) == 32 {
+	if id, ok := ParseEventKey(key); ok && len(value) == 32 {
 		delete(s.m, string(key))
 		s.events[id] = [32]byte(value)
 		return nil
 	}
-	if id, ok := packedEvent(key); ok {
+	if id, ok := ParseEventKey(key); ok {
 		delete(s.events, id)
 	}
 	s.m[string(key)] = bytes.Clone(value)
@@ -108,7 +114,7 @@ func (s *MemStore) Set(key, value []byte) error {
 
 // Delete removes key; deleting an absent key is not an error.
 func (s *MemStore) Delete(key []byte) error {
-	if id, ok := packedEvent(key); ok {
+	if id, ok := ParseEventKey(key); ok {
 		delete(s.events, id)
 	}
 	delete(s.m, string(key))

@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"testing"
+
+	"github.com/rolloutledger/rolloutledger/projections"
 )
 
 // The dedup index answers every id written with its digest and every other
@@ -99,12 +101,12 @@ func TestEventKeyID(t *testing.T) {
 		{"att\x000190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", false},
 		{"ev\x000190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5bx", false},
 	} {
-		id, ok := eventKeyID([]byte(tc.key))
+		id, ok := projections.ParseEventKey([]byte(tc.key))
 		if ok != tc.ok {
-			t.Errorf("eventKeyID(%q): ok %v, want %v", tc.key, ok, tc.ok)
+			t.Errorf("ParseEventKey(%q): ok %v, want %v", tc.key, ok, tc.ok)
 		}
 		if ok && fmt.Sprintf("%x", id) != "0190a1b2c3d47e5f8a9b0c1d2e3f4a5b" {
-			t.Errorf("eventKeyID(%q) = %x", tc.key, id)
+			t.Errorf("ParseEventKey(%q) = %x", tc.key, id)
 		}
 	}
 }
@@ -118,7 +120,7 @@ func TestScratchRoutesKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	key := func(uuid string) []byte { return []byte(eventKeyPrefix + uuid) }
+	key := projections.EventKey
 	k1, k2 := key("0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"), key("0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5c")
 	sum := func(b byte) []byte { return bytes.Repeat([]byte{b}, len(dedupSum{})) }
 	want := func(k []byte, v []byte) {
@@ -161,7 +163,7 @@ func TestScratchRoutesKeys(t *testing.T) {
 			}
 			defer st.Close()
 		}
-		other := make([]byte, eventKeyLen)
+		other := make([]byte, projections.EventKeyLen)
 		if err := st.Set(other, []byte("x")); err != nil {
 			t.Fatal(err)
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/rolloutledger/rolloutledger/internal/foldstore"
+	"github.com/rolloutledger/rolloutledger/projections"
 )
 
 // A replay folds a whole run, and the fold's state — above all the dedup
@@ -44,17 +45,17 @@ type scratch struct {
 	dedup *dedupIndex
 	// The event key parsed last and its id: the fold sets a new id's
 	// entry right after looking it up, with the same key.
-	lastKey [eventKeyLen]byte
+	lastKey [projections.EventKeyLen]byte
 	lastID  dedupID
 	parsed  bool
 }
 
-// keyID is eventKeyID, the key parsed last remembered.
+// keyID is projections.ParseEventKey, the key parsed last remembered.
 func (s *scratch) keyID(k []byte) (dedupID, bool) {
-	if s.parsed && len(k) == eventKeyLen && string(k) == string(s.lastKey[:]) {
+	if s.parsed && len(k) == projections.EventKeyLen && string(k) == string(s.lastKey[:]) {
 		return s.lastID, true
 	}
-	id, ok := eventKeyID(k)
+	id, ok := projections.ParseEventKey(k)
 	if ok {
 		copy(s.lastKey[:], k)
 		s.lastID, s.parsed = id, true
