@@ -338,7 +338,8 @@ type applyCtx struct {
 	recorded *events.Config
 	cache    *treeCache
 	// digests are the record value's (see HashValue); key is the fold's
-	// room for a key the Store copies.
+	// room for a key the Store copies. Apply, the one caller of apply,
+	// sets both.
 	digests *Digests
 	key     *[]byte
 	// repeat is set when the record repeats an event id (Fold.Repeat).
@@ -396,13 +397,8 @@ func (c *applyCtx) apply(value []byte) error {
 // different bytes are a conflicting duplicate and ignored as well.
 func (c *applyCtx) dedup(value []byte) (bool, error) {
 	sum := c.digests.sum[:]
-	var key []byte
-	if c.key != nil {
-		key = appendEventKey((*c.key)[:0], c.ev.ID)
-		*c.key = key
-	} else {
-		key = eventKey(c.ev.ID)
-	}
+	key := appendEventKey((*c.key)[:0], c.ev.ID)
+	*c.key = key
 	prev, ok, err := c.s.Get(key)
 	if err != nil {
 		return false, err
