@@ -11,6 +11,8 @@ import (
 
 	"github.com/transparency-dev/merkle/compact"
 	"github.com/transparency-dev/merkle/rfc6962"
+
+	"github.com/rolloutledger/rolloutledger/internal/slab"
 )
 
 // The run's fact tree (docs/design.md §9).
@@ -86,11 +88,11 @@ func HashChildren(left, right []byte) []byte {
 // not usable; use [NewTree].
 type Tree struct {
 	r *compact.Range
-	// slab is where the tree's next hashes are cut from (see hash). The
-	// range keeps the hashes it is given and those it computes, a leaf's
-	// and about one interior node's a fact: one allocation each would be
-	// two of the few a replay makes per fact.
-	slab []byte
+	// hashes is where the tree's hashes are cut from. The range keeps the
+	// hashes it is given and those it computes, a leaf's and about one
+	// interior node's a fact: one allocation each would be two of the few
+	// a replay makes per fact.
+	hashes slab.Bytes
 }
 
 // treeSlab is the size of the blocks a tree's hashes are cut from. The
@@ -98,15 +100,8 @@ type Tree struct {
 // block alive, so a tree holds at most 64 blocks no longer needed.
 const treeSlab = 128 * sha256.Size
 
-// hash returns room for one hash, cut from the tree's slab.
-func (t *Tree) hash() []byte {
-	if len(t.slab) < sha256.Size {
-		t.slab = make([]byte, treeSlab)
-	}
-	h := t.slab[:sha256.Size:sha256.Size]
-	t.slab = t.slab[sha256.Size:]
-	return h
-}
+// hash returns room for one hash.
+func (t *Tree) hash() []byte { return t.hashes.Cut(sha256.Size) }
 
 // hashChildren is HashChildren into the tree's slab.
 func (t *Tree) hashChildren(left, right []byte) []byte {
@@ -138,7 +133,7 @@ func (t *Tree) newRange(size uint64, hashes [][]byte) error {
 
 // NewTree returns the empty tree.
 func NewTree() *Tree {
-	t := &Tree{}
+	t := &Tree{hashes: slab.Bytes{Block: treeSlab}}
 	_ = t.newRange(0, nil) // an empty range cannot fail
 	return t
 }
@@ -210,7 +205,7 @@ func decodeTree(b []byte) (*Tree, error) {
 	for i := range hashes {
 		hashes[i] = own[32*i : 32*(i+1) : 32*(i+1)]
 	}
-	t := &Tree{}
+	t := &Tree{hashes: slab.Bytes{Block: treeSlab}}
 	if err := t.newRange(size, hashes); err != nil {
 		return nil, fmt.Errorf("%w: fact tree: %v", ErrCorruptState, err)
 	}

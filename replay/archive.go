@@ -14,6 +14,7 @@ import (
 	"math"
 	"os"
 
+	"github.com/rolloutledger/rolloutledger/internal/slab"
 	"github.com/rolloutledger/rolloutledger/projections"
 )
 
@@ -404,32 +405,18 @@ type frameReader struct {
 	// field, since a local passed to the CRC would move to the heap at
 	// every frame.
 	head [1 + binary.MaxVarintLen64]byte
-	// slab is where the next frames' payloads are cut from (see payload).
-	slab []byte
+	// payloads is where frames' payloads and CRCs are cut from: a replay
+	// reads one frame a fact, and the fold holds each fact's value only
+	// until it has applied it, so a block lives as long as the facts cut
+	// from it are in flight.
+	payloads slab.Bytes
 }
 
 // frameSlab is the size of the blocks frames' payloads are cut from.
 const frameSlab = 256 << 10
 
-// payload returns n bytes for a frame's payload and CRC. Payloads are cut
-// from shared blocks, one allocation for many frames: a replay reads one
-// frame a fact, and the fold holds each fact's value only until it has
-// applied it, so a block lives as long as the facts cut from it are in
-// flight. Each payload's capacity ends at its own bytes.
-func (fr *frameReader) payload(n int) []byte {
-	if n > frameSlab/4 {
-		return make([]byte, n)
-	}
-	if len(fr.slab) < n {
-		fr.slab = make([]byte, frameSlab)
-	}
-	p := fr.slab[:n:n]
-	fr.slab = fr.slab[n:]
-	return p
-}
-
 func newFrameReader(r io.Reader, path string, end int64) *frameReader {
-	return &frameReader{r: bufio.NewReaderSize(r, 1<<20), path: path, end: end}
+	return &frameReader{r: bufio.NewReaderSize(r, 1<<20), path: path, end: end, payloads: slab.Bytes{Block: frameSlab}}
 }
 
 func (fr *frameReader) next() (byte, []byte, error) {
@@ -459,7 +446,7 @@ func (fr *frameReader) next() (byte, []byte, error) {
 	if fr.at+int64(len(h))+int64(n)+4 > fr.end {
 		return 0, nil, bad("frame %q of %d bytes runs past the end of the frames at byte %d", kind, n, fr.end)
 	}
-	payload := fr.payload(int(n) + 4)
+	payload := fr.payloads.Cut(int(n) + 4)
 	if _, err := io.ReadFull(fr.r, payload); err != nil {
 		return 0, nil, bad("frame %q: truncated", kind)
 	}
