@@ -18,8 +18,32 @@ import (
 )
 
 func postgresFigures(ctx context.Context, e *env) ([]*Figure, error) {
-	sink := &Figure{Name: "pgsink into Postgres", Unit: "rows/s", Command: e.cmd(GroupPostgres) + " ; go test -run '^$' -bench SinkVsPsqlCopy -benchtime 3x ./cmd/rolloutledger/internal/bench/"}
+	var out []*Figure
+	for _, tokens := range []bool{false, true} {
+		figs, err := sinkFigures(ctx, e, tokens)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, figs...)
+	}
+	return out, nil
+}
+
+// sinkFigures measures a fresh sink's drain of a simulated run beside
+// psql's \copy of the same rows: payload-free, or with every turn's token
+// arrays inline, as a real run's turns carry them. The rows are the same
+// either way (the sink stores a turn's token counts, not its tokens); the
+// records the sink reads and decodes are not.
+func sinkFigures(ctx context.Context, e *env, tokens bool) ([]*Figure, error) {
+	name, sub := "pgsink into Postgres", "payload-free"
+	if tokens {
+		name, sub = "pgsink into Postgres, inline token turns", "tokens"
+	}
+	sink := &Figure{Name: name, Unit: "rows/s", Command: e.cmd(GroupPostgres) + " ; go test -run '^$' -bench 'SinkVsPsqlCopy/" + sub + "' -benchtime 3x ./cmd/rolloutledger/internal/bench/"}
 	psql := &Figure{Name: "psql \\copy of the same rows", Unit: "rows/s", Command: sink.Command}
+	if tokens {
+		psql.Name = "psql \\copy of the same rows (token run)"
+	}
 	if e.o.DatabaseURL == "" {
 		sink.Skipped, psql.Skipped = true, true
 		sink.Note = "no database: pass --database-url or set $DATABASE_URL"
@@ -28,28 +52,32 @@ func postgresFigures(ctx context.Context, e *env) ([]*Figure, error) {
 	if _, err := exec.LookPath(e.o.Psql); err != nil {
 		psql.Skipped, psql.Note = true, e.o.Psql+" is not on PATH"
 	}
-	o := simulate.Options{Seed: 1, Tasks: 96, Steps: 8}
+	o := simulate.Options{Seed: 1, Tasks: 96, Steps: 8, Tokens: tokens}
 	if e.o.Short {
-		o = simulate.Options{Seed: 1, Tasks: 12, Steps: 2, BatchGroups: 2, MaxTurns: 30}
+		o = simulate.Options{Seed: 1, Tasks: 12, Steps: 2, BatchGroups: 2, MaxTurns: 30, Tokens: tokens}
 	}
 	sr, err := generate(o, "bench-sink")
 	if err != nil {
 		return nil, err
 	}
-	kc := e.kafka("sink", 12)
+	bytes := 0
+	for _, v := range sr.values {
+		bytes += len(v)
+	}
+	kc := e.kafka("sink-"+sub, 12)
 	records, err := seedWithDecisions(ctx, kc, sr)
 	if err != nil {
 		return nil, err
 	}
 	for run := range e.o.Runs {
-		e.log.Info("postgres", "run", run+1, "records", records)
+		e.log.Info("postgres", "run", run+1, "records", records, "tokens", tokens)
 		schema := e.schema()
 		took, rows, err := DrainSink(ctx, kc, e.o.DatabaseURL, schema)
 		if err != nil {
 			return nil, err
 		}
 		sink.Runs = append(sink.Runs, float64(rows)/took.Seconds())
-		sink.Note = fmt.Sprintf("a fresh sink draining %d Kafka records (a simulated run's facts and decisions) into %d rows of a fresh schema, timed to the commit of the last", records, rows)
+		sink.Note = fmt.Sprintf("a fresh sink draining %d Kafka records (a simulated run's facts, %d MB of them, and its decisions) into %d rows of a fresh schema, timed to the commit of the last", records, bytes/1e6, rows)
 		if psql.Skipped {
 			continue
 		}
