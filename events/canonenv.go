@@ -58,8 +58,15 @@ func canonicalEnvelope(record []byte, st *decodeState, validData bool) (env enve
 	if !hasPrefixAt(record, i, envelopeLayout[6]) || record[len(record)-1] != '}' {
 		return env, at, false
 	}
-	// The general path trims the data's white space too.
-	data := bytes.TrimSpace(record[i+len(envelopeLayout[6]) : len(record)-1])
+	// The general path trims the data's white space too: JSON's four
+	// characters of it, not every byte bytes.TrimSpace takes (a form feed
+	// before the data makes the record malformed JSON).
+	data := record[i+len(envelopeLayout[6]) : len(record)-1]
+	start, end := skipSpace(data, 0), len(data)
+	for end > start && isSpace(data[end-1]) {
+		end--
+	}
+	data = data[start:end]
 	if len(data) == 0 || isNull(data) {
 		return env, at, false // the general path refuses a null at the envelope
 	}
