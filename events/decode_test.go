@@ -4,6 +4,9 @@ import (
 	"encoding/base64"
 	"errors"
 	"math"
+	"os"
+	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -679,5 +682,53 @@ func TestConfigValidateJoins(t *testing.T) {
 	want := []string{"data.config.pass_band", "data.config.group_size", "data.config.batch_groups", "data.config.min_group", "data.config.partial_credit_cap"}
 	if strings.Join(fields, " ") != strings.Join(want, " ") {
 		t.Errorf("got fields %v, want %v", fields, want)
+	}
+}
+
+// A Decoder decides what Decode decides, record after record: the same
+// event (token arrays included, while they are valid) or the same
+// refusal, whatever it decoded before.
+func TestDecoderAsDecode(t *testing.T) {
+	var bodies []string
+	golden, err := filepath.Glob(filepath.Join("testdata", "golden", "*.json"))
+	if err != nil || len(golden) == 0 {
+		t.Fatalf("golden records: %v (%d)", err, len(golden))
+	}
+	for _, path := range golden {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bodies = append(bodies, string(b))
+	}
+	// Large token turns between small ones: a record's values land where
+	// the last one's were.
+	for _, n := range []int{2000, 3, 70000, 1} {
+		bodies = append(bodies, largeTurnV2(n), turn(turnData))
+	}
+	refused := 0
+	for _, tc := range badInputs() {
+		if strings.HasPrefix(strings.TrimSpace(tc.body), "{") {
+			bodies = append(bodies, tc.body)
+			refused++
+		}
+	}
+	var dec events.Decoder
+	for i, body := range bodies {
+		want, werr := events.Decode([]byte(body))
+		got, gerr := dec.Decode([]byte(body))
+		switch {
+		case (werr == nil) != (gerr == nil):
+			t.Fatalf("record %d: Decode: %v; Decoder: %v", i, werr, gerr)
+		case werr != nil:
+			if werr.Error() != gerr.Error() {
+				t.Fatalf("record %d: Decode: %v; Decoder: %v", i, werr, gerr)
+			}
+		case !reflect.DeepEqual(got, want):
+			t.Fatalf("record %d: Decode: %+v; Decoder: %+v", i, want.Data, got.Data)
+		}
+	}
+	if refused < 50 {
+		t.Fatalf("only %d refusals compared", refused)
 	}
 }

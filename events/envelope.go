@@ -178,6 +178,38 @@ func Decode(record []byte) (Event, error) {
 	return ev, nil
 }
 
+// A Decoder is [Decode] with memory kept from one call to the next: the
+// values of a fact's binary fields (token ids, log-probs, a vocabulary's
+// offsets) are carved from a buffer it keeps, rather than allocated and
+// zeroed for every fact. It decides and reports exactly what Decode does.
+//
+// Those values stay valid only until the Decoder's next Decode: it suits a
+// reader that takes what it needs of a fact (its token counts, say) before
+// the next one, and copies whatever it keeps. A Decoder is not safe for
+// concurrent use. The zero value is ready.
+type Decoder struct {
+	words wordArena
+	st    decodeState
+}
+
+// Decode is [Decode] into d's memory.
+func (d *Decoder) Decode(record []byte) (Event, error) {
+	if fe := checkDepth(record); fe != nil {
+		return Event{}, fe
+	}
+	// Base64 holds 3 bytes in 4 characters: the record's binary values
+	// take at most 3/16 as many words as it has bytes.
+	d.words.reset(len(record)*3/16 + 1)
+	// A record of the log, read as written (not ingest's rules); the
+	// binary text the state collects is not used, and its slice is kept.
+	d.st = decodeState{arena: &d.words, binary: d.st.binary[:0]}
+	ev, fe := decodeOne(record, &d.st)
+	if fe != nil {
+		return Event{}, fe
+	}
+	return ev, nil
+}
+
 // DecodeBatch decodes and validates a request body holding one event object
 // or an array of them. It stops at the first invalid event: the returned
 // error is a [*FieldError] whose Index names it, and no events are returned.

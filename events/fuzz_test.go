@@ -116,8 +116,13 @@ func FuzzDecode(f *testing.F) {
 	for _, s := range fuzzSeeds() {
 		f.Add(s)
 	}
+	// One Decoder for every input, as a reader of the log keeps one.
+	var dec events.Decoder
 	f.Fuzz(func(t *testing.T, record []byte) {
 		ev, err := events.Decode(record)
+		if dev, derr := dec.Decode(record); (err == nil) != (derr == nil) || err != nil && err.Error() != derr.Error() || err == nil && !reflect.DeepEqual(dev, ev) {
+			t.Fatalf("Decode: %+v, %v; Decoder: %+v, %v", ev, err, dev, derr)
+		}
 		checkCanonicalBatch(t, record, err)
 		if err != nil {
 			fe := checkRefusal(t, err, 0)

@@ -21,6 +21,10 @@ const kindAuditCheckpoint = "audit.checkpoint"
 
 // rowSet is rows of some records, per table, in record order.
 type rowSet struct {
+	// dec decodes the facts. A fact's token arrays are carved from its
+	// memory and overwritten by the next fact's: rows hold their counts,
+	// and copy whatever binary values they store (a vocabulary's offsets).
+	dec  events.Decoder
 	rows [numTables][][]any
 	// enc holds each table's rows as binary COPY tuples, when the window
 	// was prepared with a plan (copybin.go); encFailed marks a table
@@ -58,7 +62,7 @@ func eventUUID(id string) (pgtype.UUID, bool) {
 
 // addFact adds the rows of one fact, or says why it has none.
 func (rs *rowSet) addFact(m kafkalog.Message) string {
-	ev, err := events.Decode(m.Value)
+	ev, err := rs.dec.Decode(m.Value)
 	if err != nil {
 		return "undecodable fact: " + err.Error()
 	}

@@ -1,6 +1,8 @@
 package pgsink
 
 import (
+	"slices"
+
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/rolloutledger/rolloutledger/events"
@@ -67,13 +69,14 @@ func toolV3(d *events.ToolCalled) []any {
 var toolV3Cols = []string{"call_id", "unanswered", "exit_unknown"}
 
 // vocabularyRow is the columns of a vocabulary chunk after the fact's own.
+// Its offsets are copied out of the decoder's memory (rowSet.dec).
 func vocabularyRow(d *events.VocabularyRegistered) []any {
 	var pieces, offsets any
 	if d.Pieces != nil {
 		pieces = d.Pieces
 	}
 	if d.Offsets != nil {
-		offsets = d.Offsets
+		offsets = slices.Clone(d.Offsets)
 	}
 	return []any{d.Engine, d.Model, d.Size, int32(d.Chunk), int32(d.Chunks), d.First, int32(len(d.Offsets)), pieces, offsets}
 }

@@ -45,8 +45,13 @@ func TestV3FactsLand(t *testing.T) {
 		CallID: "call_9", Unanswered: true, ExitUnknown: true})
 	vocab := events.New(run, "proxy-1", at, &events.VocabularyRegistered{Engine: "llamacpp", Model: "tiny", Size: 5,
 		Chunk: 1, Chunks: 2, First: 3, Pieces: []byte("abcd"), Offsets: []int32{1, 4}})
+	// A token-bearing turn after the chunk: the sink decodes its tokens
+	// into the memory the chunk's offsets were decoded into.
+	next := events.New(run, "engine-1", at, &events.TurnGenerated{Attempt: "b", Turn: 0, PromptTokens: 4, CompletionTokens: 3,
+		VersionSegments: events.SingleVersion(3), TokenIDs: []int32{9, 9, 9}, Logprobs: []float32{-1, -2, -3}, Finish: events.FinishStop})
+	next.V = 2
 	var recs []kafkalog.Record
-	for _, ev := range []events.Event{v2, v3, tool2, tool3, vocab} {
+	for _, ev := range []events.Event{v2, v3, tool2, tool3, vocab, next} {
 		recs = append(recs, factRecord(t, ev))
 	}
 	appendRecords(t, kc, kc.FactsTopic(), recs)
