@@ -25,7 +25,8 @@ var envelopeLayout = [...]string{`{"id":"`, `","run":"`, `","type":"`, `","v":`,
 // canonicalEnvelope reads record's envelope as the general path would, when
 // record has the canonical layout. With validData it also proves the data
 // valid JSON (the record's own validation has not run); the text around the
-// data is then valid JSON by its layout.
+// data is then valid JSON by its layout, and the record nests no deeper
+// than [MaxDepth], so that checkDepth would pass it.
 func canonicalEnvelope(record []byte, st *decodeState, validData bool) (env envelope, at time.Time, ok bool) {
 	// The values' spans in record: id, run, type, v, at, source.
 	var span [6][2]int
@@ -71,7 +72,8 @@ func canonicalEnvelope(record []byte, st *decodeState, validData bool) (env enve
 		return env, at, false // the general path refuses a null at the envelope
 	}
 	if validData {
-		if !validJSON(data) {
+		// The envelope is the one object around the data.
+		if !validJSON(data, 1) {
 			return env, at, false
 		}
 	} else if skipValue(data, 0) != len(data) {

@@ -10,7 +10,7 @@ import (
 
 // ValidJSON is the fast path's validator, for input that is valid UTF-8
 // and nests at most MaxDepth deep.
-var ValidJSON = validJSON
+var ValidJSON = func(b []byte) bool { return validJSON(b, 0) }
 
 // DecodeGeneral is Decode by the general path alone, the canonical
 // envelope's fast path left out (canonenv.go); with ingest, by the rules
@@ -28,11 +28,8 @@ func DecodeGeneral(record []byte, ingest bool) (Event, error) {
 // DecodeAs is Decode, or with ingest the decode of one event of a request
 // body, each by the path the ledger takes.
 func DecodeAs(record []byte, ingest bool) (Event, error) {
-	if fe := checkDepth(record); fe != nil {
-		return Event{}, fe
-	}
 	st := decodeState{ingest: ingest}
-	ev, fe := decodeOne(record, &st)
+	ev, fe := decodeRecord(record, &st)
 	if fe != nil {
 		return Event{}, fe
 	}

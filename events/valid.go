@@ -13,20 +13,23 @@ import (
 const longString = 256
 
 // validJSON reports whether b is one JSON value (RFC 8259) with optional
-// white space around it, for b already known to be valid UTF-8 and to nest
-// no deeper than [MaxDepth] (checkDepth). It is the fast path's validator
-// (canonenv.go): one pass, strings read eight bytes at a time. The general
-// validator first scans its whole input for bytes outside printable ASCII
-// and for backslashes, then parses; on the short data of a fact that
-// prepass was two thirds of its time.
-func validJSON(b []byte) bool {
+// white space around it, for b already known to be valid UTF-8, and
+// whether that value, inside depth arrays and objects, nests them no
+// deeper than [MaxDepth]: a value that would is reported false, so that
+// a true answer also stands for checkDepth's. It is the fast path's
+// validator (canonenv.go): one pass, strings read eight bytes at a time.
+// The general validator first scans its whole input for bytes outside
+// printable ASCII and for backslashes, then parses; on the short data of
+// a fact that prepass was two thirds of its time.
+func validJSON(b []byte, depth int) bool {
 	i := skipSpace(b, 0)
-	i, ok := validValue(b, i)
+	i, ok := validValue(b, i, depth)
 	return ok && skipSpace(b, i) == len(b)
 }
 
-// validValue returns the index just past the valid value at b[i].
-func validValue(b []byte, i int) (int, bool) {
+// validValue returns the index just past the valid value at b[i], which
+// depth arrays and objects enclose.
+func validValue(b []byte, i, depth int) (int, bool) {
 	if i >= len(b) {
 		return i, false
 	}
@@ -34,9 +37,15 @@ func validValue(b []byte, i int) (int, bool) {
 	case c == '"':
 		return validString(b, i)
 	case c == '{':
-		return validObject(b, i)
+		if depth >= MaxDepth {
+			return i, false
+		}
+		return validObject(b, i, depth+1)
 	case c == '[':
-		return validArray(b, i)
+		if depth >= MaxDepth {
+			return i, false
+		}
+		return validArray(b, i, depth+1)
 	case c == '-' || c >= '0' && c <= '9':
 		return validNumber(b, i)
 	case c == 't':
@@ -56,7 +65,7 @@ func validLiteral(b []byte, i int, lit string) (int, bool) {
 	return i + len(lit), true
 }
 
-func validObject(b []byte, i int) (int, bool) {
+func validObject(b []byte, i, depth int) (int, bool) {
 	i = skipSpace(b, i+1)
 	if i < len(b) && b[i] == '}' {
 		return i + 1, true
@@ -72,7 +81,7 @@ func validObject(b []byte, i int) (int, bool) {
 		if i = skipSpace(b, i); i >= len(b) || b[i] != ':' {
 			return i, false
 		}
-		if i, ok = validValue(b, skipSpace(b, i+1)); !ok {
+		if i, ok = validValue(b, skipSpace(b, i+1), depth); !ok {
 			return i, false
 		}
 		var more bool
@@ -82,14 +91,14 @@ func validObject(b []byte, i int) (int, bool) {
 	}
 }
 
-func validArray(b []byte, i int) (int, bool) {
+func validArray(b []byte, i, depth int) (int, bool) {
 	i = skipSpace(b, i+1)
 	if i < len(b) && b[i] == ']' {
 		return i + 1, true
 	}
 	for {
 		var ok bool
-		if i, ok = validValue(b, i); !ok {
+		if i, ok = validValue(b, i, depth); !ok {
 			return i, false
 		}
 		var more bool
