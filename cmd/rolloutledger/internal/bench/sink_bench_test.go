@@ -35,6 +35,13 @@ func seedLog(tb testing.TB, kc kafkalog.Config, o simulate.Options, run string) 
 	if _, err := kafkalog.EnsureTopics(ctx, kc); err != nil {
 		tb.Fatal(err)
 	}
+	// A token-bearing run is some 400 MB of log: a broker that keeps every
+	// run's topics slows the runs after it.
+	tb.Cleanup(func() {
+		if err := kafkalog.DeleteTopics(context.Background(), kc, kc.FactsTopic(), kc.DecisionsTopic()); err != nil {
+			tb.Logf("delete the run's topics: %v", err)
+		}
+	})
 	plan, err := simulate.Generate(o, run)
 	if err != nil {
 		tb.Fatal(err)
