@@ -312,11 +312,12 @@ func badInputs() []badInput {
 		{name: "config/min_group over group_size", body: runConfig(`{"group_size":4,"min_group":5}`), err: events.ErrInvalidValue, field: "data.config.min_group"},
 		{name: "config/efficiency_weight 2", body: runConfig(`{"efficiency_weight":2,"partial_credit_cap":0}`), err: events.ErrInvalidValue, field: "data.config.efficiency_weight"},
 
-		// Nesting: refused as a whole before any parser recurses into it.
 		// bytes.TrimSpace's white space that JSON's is not, around data in
 		// an envelope of the canonical layout.
 		{name: "malformed/form feed before the data", body: strings.Replace(failed(failedData), `"data":`, "\"data\":\f", 1), err: events.ErrMalformed},
 		{name: "malformed/vertical tab after the data", body: strings.TrimSuffix(failed(failedData), "}") + "\v}", err: events.ErrMalformed},
+
+		// Nesting: refused as a whole before any parser recurses into it.
 		{name: "malformed/nested deeper than MaxDepth", body: array(valid, nested("[", "]", events.MaxDepth)), err: events.ErrMalformed, detail: []string{"nest deeper than"}},
 		{name: "malformed/objects nested deeper than MaxDepth", body: failed(failedData.set("reason", nested(`{"a":`, "}", events.MaxDepth-1))), err: events.ErrMalformed},
 		{name: "wrong_type/nested MaxDepth deep", body: array(valid, nested("[", "]", events.MaxDepth-1)), err: events.ErrWrongType, index: 1},

@@ -317,12 +317,12 @@ func decodeBatch(body []byte, keep bool, arena *wordArena) ([]Event, []decodeSta
 	return out, states, nil
 }
 
-// decodeRecord is checkDepth, then decodeOne: one record read whole. The
-// fast path goes first: a canonical record whose data validates within
-// MaxDepth is one checkDepth passes (canonicalEnvelope), and one
-// decodeOne takes the same path with, so only a record that leaves it pays
-// checkDepth's two scans of every byte, a sixth of the time a
-// token-bearing turn took to decode.
+// decodeRecord is checkDepth, then decodeOne: one record read whole, with
+// the fast path tried first. A canonical record whose data validates within
+// MaxDepth is one checkDepth passes (canonicalEnvelope), and decodeOne
+// would take the same path with it; so only a record that leaves the fast
+// path pays checkDepth's two scans of every byte, which were a sixth of a
+// token-bearing turn's decoding.
 func decodeRecord(record []byte, st *decodeState) (Event, *FieldError) {
 	if len(record) <= 2*MaxRecordBytes && utf8.Valid(record) {
 		if env, at, ok := canonicalEnvelope(record, st, true); ok {
