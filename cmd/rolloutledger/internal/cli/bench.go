@@ -41,7 +41,8 @@ reproduces it.
               settings
   projection  events.Decode and the fold on one core; the projector from Kafka
   seal        seal latency p50/p99 at a steady 10,000 facts/s
-  postgres    the pgsink beside psql \copy of the same rows into the same tables
+  postgres    the pgsink beside psql \copy of the same rows into the same tables,
+              for a payload-free run and for the same run with inline token turns
   replay      verify from an archive and from Kafka (--replay-facts), and the time
               for a FireFlash-scale run (50 M facts) extrapolated
   memory      projector resident memory vs groups in flight and run length
