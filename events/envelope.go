@@ -318,36 +318,51 @@ func decodeBatch(body []byte, keep bool, arena *wordArena) ([]Event, []decodeSta
 }
 
 // decodeRecord is checkDepth, then decodeOne: one record read whole, with
-// the fast path tried first. A canonical record whose data validates within
-// MaxDepth is one checkDepth passes (canonicalEnvelope), and decodeOne
-// would take the same path with it; so only a record that leaves the fast
-// path pays checkDepth's two scans of every byte, which were a sixth of a
-// token-bearing turn's decoding.
+// the fast path tried first. A record the fast path takes is one
+// checkDepth passes (canonicalEnvelope bounds the data's nesting), so only
+// a record that leaves it pays checkDepth's two scans of every byte, which
+// were a sixth of a token-bearing turn's decoding.
 func decodeRecord(record []byte, st *decodeState) (Event, *FieldError) {
-	if len(record) <= 2*MaxRecordBytes && utf8.Valid(record) {
-		if env, at, ok := canonicalEnvelope(record, st, true); ok {
-			return decodeData(env, at, st)
-		}
+	if ev, fe, ok := decodeFast(record, st); ok {
+		return ev, fe
 	}
 	if fe := checkDepth(record); fe != nil {
 		return Event{}, fe
 	}
-	return decodeOne(record, st)
+	return decodeSlow(record, st)
 }
 
 // decodeOne decodes one record of a body whose nesting checkDepth passed.
 func decodeOne(record []byte, st *decodeState) (Event, *FieldError) {
+	if ev, fe, ok := decodeFast(record, st); ok {
+		return ev, fe
+	}
+	return decodeSlow(record, st)
+}
+
+// decodeFast is the fast path of decoding one record: ok when the record
+// is one of the bounded size, valid UTF-8, whose envelope has the
+// canonical layout and whose data is valid JSON, which makes the record
+// valid JSON (canonenv.go). The event or refusal it returns then is the
+// one the general path gives.
+func decodeFast(record []byte, st *decodeState) (Event, *FieldError, bool) {
+	if len(record) > 2*MaxRecordBytes || !utf8.Valid(record) {
+		return Event{}, nil, false
+	}
+	env, at, ok := canonicalEnvelope(record, st, true)
+	if !ok {
+		return Event{}, nil, false
+	}
+	ev, fe := decodeData(env, at, st)
+	return ev, fe, true
+}
+
+// decodeSlow is decoding one record once the fast path has passed it by.
+func decodeSlow(record []byte, st *decodeState) (Event, *FieldError) {
 	// The exact bound applies to the canonical form (EncodeBatch); a raw
 	// record twice that size cannot shrink under it, so refuse it unread.
 	if len(record) > 2*MaxRecordBytes {
 		return Event{}, &FieldError{Err: ErrTooLarge, Detail: fmt.Sprintf("%d bytes, more than %d", len(record), MaxRecordBytes)}
-	}
-	// A canonical envelope whose data is valid JSON makes the record valid
-	// JSON: only the data needs the validator (canonenv.go).
-	if utf8.Valid(record) {
-		if env, at, ok := canonicalEnvelope(record, st, true); ok {
-			return decodeData(env, at, st)
-		}
 	}
 	if !json.Valid(record) {
 		var probe any
