@@ -102,9 +102,11 @@ func (a *wordArena) take(n int) []uint32 {
 }
 
 // reset makes the arena's words free again, keeping its latest chunk; a
-// chunk made for the next batch holds at least hint words.
-func (a *wordArena) reset(hint int) {
-	a.chunk, a.hint = a.chunk[:0], hint
+// chunk made for the next batch, whose JSON text is textBytes long, holds
+// at least the words its binary fields can need: base64 holds 3 bytes in
+// 4 characters, so 3/16 as many words as the text has bytes.
+func (a *wordArena) reset(textBytes int) {
+	a.chunk, a.hint = a.chunk[:0], textBytes*3/16+1
 }
 
 // base64Problem words why text is not strict standard base64. It runs

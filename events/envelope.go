@@ -191,9 +191,7 @@ type Decoder struct {
 
 // Decode is [Decode] into d's memory.
 func (d *Decoder) Decode(record []byte) (Event, error) {
-	// Base64 holds 3 bytes in 4 characters: the record's binary values
-	// take at most 3/16 as many words as it has bytes.
-	d.words.reset(len(record)*3/16 + 1)
+	d.words.reset(len(record))
 	// A record of the log, read as written (not ingest's rules); the
 	// binary text the state collects is not used, and its slice is kept.
 	d.st = decodeState{arena: &d.words, binary: d.st.binary[:0]}
@@ -239,10 +237,8 @@ type Canonicalizer struct {
 
 // Batch is [CanonicalBatch] into c's memory.
 func (c *Canonicalizer) Batch(body []byte) ([]Event, [][]byte, error) {
-	// Base64 holds 3 bytes in 4 characters: the values of a body's binary
-	// fields take at most 3/16 as many words as it has bytes. A canonical
-	// record is about as long as the event as sent.
-	c.words.reset(len(body)*3/16 + 1)
+	c.words.reset(len(body))
+	// A canonical record is about as long as the event as sent.
 	if cap(c.records) < len(body) {
 		c.records = make([]byte, 0, len(body)+len(body)/8)
 	}
