@@ -50,6 +50,8 @@ type Run struct {
 	// and forTrajectories say which of their keys Build wrote.
 	rows                       *rowStore
 	forTables, forTrajectories bool
+	// enc encodes the rows Build puts there (rowcodec.go).
+	enc rowEncoder
 	// attempts are the attempts the fold touched last, by id, also those
 	// mentioned before (or without) their attempt.started; the others are
 	// in rows (attempts.go): attemptsStored counts the summaries written
@@ -667,27 +669,29 @@ func (r *Run) admission(d projections.Decision) error {
 
 // putTurn and putCall keep a turn and a tool call of a for the writers.
 func (r *Run) putTurn(a *Attempt, t *Turn) error {
-	rec := turnRecord{T: t, Text: t.text, TokAt: t.tokensAt, TokLen: t.tokensLen}
+	r.enc.b = r.enc.b[:0]
+	r.enc.turn(t)
 	if r.forTables {
-		if err := r.rows.set(turnKey(t.Seq), &rec); err != nil {
+		if err := r.rows.put(turnKey(t.Seq), r.enc.b); err != nil {
 			return err
 		}
 	}
 	if r.forTrajectories {
-		return r.rows.set(attemptTurnKey(a.ord, t), &rec)
+		return r.rows.put(attemptTurnKey(a.ord, t), r.enc.b)
 	}
 	return nil
 }
 
 func (r *Run) putCall(a *Attempt, c *ToolCall) error {
-	rec := callRecord{C: c, Input: c.input, Output: c.output}
+	r.enc.b = r.enc.b[:0]
+	r.enc.call(c)
 	if r.forTables {
-		if err := r.rows.set(callKey(c.Seq), &rec); err != nil {
+		if err := r.rows.put(callKey(c.Seq), r.enc.b); err != nil {
 			return err
 		}
 	}
 	if r.forTrajectories {
-		return r.rows.set(attemptCallKey(a.ord, c), &rec)
+		return r.rows.put(attemptCallKey(a.ord, c), r.enc.b)
 	}
 	return nil
 }
@@ -719,15 +723,17 @@ func (r *Run) judge(m *projections.Manifest) error {
 					j.SegmentStaleness = append(j.SegmentStaleness, s.Staleness)
 					j.SegmentTrained = append(j.SegmentTrained, s.Trained)
 				}
+				r.enc.b = r.enc.b[:0]
+				r.enc.judgement(&j)
 				if r.forTables {
-					if err := r.rows.set(judgementKey(bt.Partition, bt.Offset), &j); err != nil {
+					if err := r.rows.put(judgementKey(bt.Partition, bt.Offset), r.enc.b); err != nil {
 						return err
 					}
 				}
 				if r.forTrajectories {
 					// Beside the attempt's turns: a trajectory reads its
 					// judgements in one scan, not a lookup a turn.
-					if err := r.rows.set(attemptJudgementKey(a.ord, bt.Partition, bt.Offset), &j); err != nil {
+					if err := r.rows.put(attemptJudgementKey(a.ord, bt.Partition, bt.Offset), r.enc.b); err != nil {
 						return err
 					}
 				}

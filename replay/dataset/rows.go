@@ -1,6 +1,7 @@
 package dataset
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -82,11 +83,17 @@ func openRowStore(scratch string) (*rowStore, error) {
 	return &rowStore{dir: dir, db: db}, nil
 }
 
+// set stores v as JSON under key.
 func (s *rowStore) set(key []byte, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
+	return s.put(key, b)
+}
+
+// put stores b under key; b may be reused once put returns.
+func (s *rowStore) put(key, b []byte) error {
 	if s.batch == nil {
 		s.batch = s.db.NewBatch()
 	}
@@ -133,14 +140,7 @@ func (s *rowStore) scan(prefix []byte, fn func(v []byte) error) error {
 
 // scanKeys is scan with each value's key.
 func (s *rowStore) scanKeys(prefix []byte, fn func(k, v []byte) error) error {
-	upper := append([]byte(nil), prefix...)
-	for i := len(upper) - 1; i >= 0; i-- {
-		if upper[i]++; upper[i] != 0 {
-			upper = upper[:i+1]
-			break
-		}
-	}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upper})
+	it, err := s.db.NewIter(prefixBounds(prefix))
 	if err != nil {
 		return fmt.Errorf("dataset: row store: %w", err)
 	}
@@ -154,6 +154,17 @@ func (s *rowStore) scanKeys(prefix []byte, fn func(k, v []byte) error) error {
 		return fmt.Errorf("dataset: row store: %w", err)
 	}
 	return nil
+}
+
+// prefixBounds are the bounds of an iterator over the keys under prefix.
+func prefixBounds(prefix []byte) *pebble.IterOptions {
+	upper := append([]byte(nil), prefix...)
+	for i := len(upper) - 1; i >= 0; i-- {
+		if upper[i]++; upper[i] != 0 {
+			return &pebble.IterOptions{LowerBound: prefix, UpperBound: upper[:i+1]}
+		}
+	}
+	return &pebble.IterOptions{LowerBound: prefix}
 }
 
 func (s *rowStore) close() error {
@@ -193,58 +204,86 @@ func attemptCallKey(ord uint64, c *ToolCall) []byte {
 	return binary.BigEndian.AppendUint64(b, c.Seq)
 }
 
+// judgementPrefix is the start of the judgement keys of one partition.
+func judgementPrefix(partition int32) []byte {
+	return binary.BigEndian.AppendUint32([]byte{keyJudgement}, uint32(partition))
+}
+
 func judgementKey(partition int32, offset int64) []byte {
-	return appendSigned(binary.BigEndian.AppendUint32([]byte{keyJudgement}, uint32(partition)), offset)
+	return appendSigned(judgementPrefix(partition), offset)
 }
 
 func attemptJudgementKey(ord uint64, partition int32, offset int64) []byte {
 	return appendSigned(binary.BigEndian.AppendUint32(ordinalPrefix(keyAttemptJudgement, ord), uint32(partition)), offset)
 }
 
-// turnRecord is a turn as stored, with where its text and tokens are.
-type turnRecord struct {
-	T      *Turn   `json:"t"`
-	Text   spilled `json:"x"`
-	TokAt  int64   `json:"ka,omitempty"`
-	TokLen int     `json:"kn,omitempty"`
-}
-
-func (r *turnRecord) turn() *Turn {
-	t := r.T
-	t.text, t.tokensAt, t.tokensLen = r.Text, r.TokAt, r.TokLen
-	return t
-}
-
-// callRecord is a tool call as stored, with where its text is.
-type callRecord struct {
-	C      *ToolCall `json:"c"`
-	Input  spilled   `json:"i"`
-	Output spilled   `json:"o"`
-}
-
-func (r *callRecord) call() *ToolCall {
-	c := r.C
-	c.input, c.output = r.Input, r.Output
-	return c
-}
-
 // judgement is what the last batch that judged a turn concluded of it.
 type judgement struct {
-	Batch            uint64  `json:"b"`
-	Staleness        int64   `json:"s"`
-	Trained          bool    `json:"t"`
-	SegmentStaleness []int64 `json:"ss"`
-	SegmentTrained   []bool  `json:"st"`
+	Batch            uint64
+	Staleness        int64
+	Trained          bool
+	SegmentStaleness []int64
+	SegmentTrained   []bool
 }
 
-// judged puts the judgement of t's position, if any, on t.
-func (s *rowStore) judged(t *Turn) error {
-	var j judgement
-	ok, err := s.get(judgementKey(t.Partition, t.Offset), &j)
-	if ok {
-		j.apply(t)
+// judgements joins the turns of the turns table, read in log order, with
+// their judgements. Within a partition a turn's offset grows with its
+// place in the log, so one iterator a partition, each moving forward
+// only, finds every turn's judgement in one pass over them. A point read
+// a turn went through the store's indexes again each time: at 1 M facts
+// those reads were half the Parquet export's time (BENCHMARKS.md, "Export
+// to Parquet").
+type judgements struct {
+	s   *rowStore
+	its map[int32]*pebble.Iterator
+	key []byte
+}
+
+func (s *rowStore) judgements() *judgements {
+	return &judgements{s: s, its: map[int32]*pebble.Iterator{}}
+}
+
+// decodeTurn reads a stored turn of the turns table and joins it with its
+// judgement, if any.
+func (j *judgements) decodeTurn(v []byte) (*Turn, error) {
+	t, err := decodeTurnRecord(v)
+	if err != nil {
+		return nil, err
 	}
-	return err
+	it := j.its[t.Partition]
+	if it == nil {
+		if it, err = j.s.db.NewIter(prefixBounds(judgementPrefix(t.Partition))); err != nil {
+			return nil, fmt.Errorf("dataset: row store: %w", err)
+		}
+		j.its[t.Partition] = it
+	}
+	// A seek to a key past the last one asked steps forward from where
+	// the iterator is (Pebble's SeekGE), which is where the turn before
+	// it in this partition left it.
+	j.key = judgementKey(t.Partition, t.Offset)
+	if !it.SeekGE(j.key) || !bytes.Equal(it.Key(), j.key) {
+		if err := it.Error(); err != nil {
+			return nil, fmt.Errorf("dataset: row store: %w", err)
+		}
+		return t, nil
+	}
+	jd, err := decodeJudgement(it.Value())
+	if err != nil {
+		return nil, err
+	}
+	jd.apply(t)
+	return t, nil
+}
+
+// close closes the iterators.
+func (j *judgements) close() error {
+	var first error
+	for _, it := range j.its {
+		if err := it.Close(); err != nil && first == nil {
+			first = fmt.Errorf("dataset: row store: %w", err)
+		}
+	}
+	return first
 }
 
 func (j *judgement) apply(t *Turn) {
@@ -286,36 +325,17 @@ func scanRows[R any](run *Run, prefix []byte, decode func([]byte) (R, error), yi
 	return true
 }
 
-// decodeTurn reads a stored turn and joins it with its judgement.
-func (s *rowStore) decodeTurn(v []byte) (*Turn, error) {
-	t, err := decodeTurnRecord(v)
-	if err != nil {
-		return nil, err
-	}
-	return t, s.judged(t)
-}
-
-func decodeTurnRecord(v []byte) (*Turn, error) {
-	var rec turnRecord
-	if err := json.Unmarshal(v, &rec); err != nil {
-		return nil, fmt.Errorf("dataset: row store: %w", err)
-	}
-	return rec.turn(), nil
-}
-
-func decodeCall(v []byte) (*ToolCall, error) {
-	var rec callRecord
-	if err := json.Unmarshal(v, &rec); err != nil {
-		return nil, fmt.Errorf("dataset: row store: %w", err)
-	}
-	return rec.call(), nil
-}
-
 // turnsOf and callsOf are the runs' turns and tool calls, in log order.
 func turnsOf(runs []*Run) iter.Seq2[*row[*Turn], error] {
 	return func(yield func(*row[*Turn], error) bool) {
 		for _, run := range runs {
-			if !scanRows(run, []byte{keyTurn}, run.rows.decodeTurn, yield) {
+			j := run.rows.judgements()
+			ok := scanRows(run, []byte{keyTurn}, j.decodeTurn, yield)
+			if err := j.close(); err != nil && ok {
+				yield(nil, err)
+				return
+			}
+			if !ok {
 				return
 			}
 		}
@@ -341,12 +361,9 @@ func (r *Run) trajectory(a *Attempt) error {
 	// its position makes.
 	judged := map[string]judgement{}
 	err := r.rows.scanKeys(ordinalPrefix(keyAttemptJudgement, a.ord), func(k, v []byte) error {
-		var j judgement
-		if err := json.Unmarshal(v, &j); err != nil {
-			return fmt.Errorf("dataset: row store: %w", err)
-		}
+		j, err := decodeJudgement(v)
 		judged[string(k)] = j
-		return nil
+		return err
 	})
 	if err != nil {
 		return err
