@@ -236,7 +236,6 @@ type judgement struct {
 type judgements struct {
 	s   *rowStore
 	its map[int32]*pebble.Iterator
-	key []byte
 }
 
 func (s *rowStore) judgements() *judgements {
@@ -257,11 +256,12 @@ func (j *judgements) decodeTurn(v []byte) (*Turn, error) {
 		}
 		j.its[t.Partition] = it
 	}
-	// A seek to a key past the last one asked steps forward from where
-	// the iterator is (Pebble's SeekGE), which is where the turn before
-	// it in this partition left it.
-	j.key = judgementKey(t.Partition, t.Offset)
-	if !it.SeekGE(j.key) || !bytes.Equal(it.Key(), j.key) {
+	// A seek to a key past the one sought last steps forward from where
+	// the iterator is (Pebble's SeekGE), which is where the partition's
+	// turn before this one left it; a seek back would be slower, not
+	// wrong.
+	key := judgementKey(t.Partition, t.Offset)
+	if !it.SeekGE(key) || !bytes.Equal(it.Key(), key) {
 		if err := it.Error(); err != nil {
 			return nil, fmt.Errorf("dataset: row store: %w", err)
 		}
