@@ -2,7 +2,9 @@ package dataset
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 
@@ -95,6 +97,57 @@ func checkEncodings(t *testing.T, data []byte) {
 			if got := cc.HasDictionaryPage(); got != dict[top] {
 				t.Errorf("row group %d column %s: dictionary page %v, its column says %v", g, name, got, dict[top])
 			}
+		}
+	}
+}
+
+// failAfter accepts n bytes, then fails every write.
+type failAfter struct{ n int }
+
+var errDeviceFull = errors.New("no space left on device")
+
+func (f *failAfter) Write(b []byte) (int, error) {
+	if len(b) > f.n {
+		k := f.n
+		f.n = 0
+		return k, errDeviceFull
+	}
+	f.n -= len(b)
+	return len(b), nil
+}
+
+// A table whose file cannot be written, or whose rows cannot be read
+// back, ends with that error while its row groups are written on another
+// goroutine: never a file reported whole, never a hang.
+func TestParquetWriteFailures(t *testing.T) {
+	runs := []*Run{manyAttemptsRun(t)}
+	var whole bytes.Buffer
+	if _, err := writeTable(&whole, "turns", runs); err != nil {
+		t.Fatal(err)
+	}
+	for _, after := range []int{1 << 10, whole.Len() / 2} {
+		_, err := writeTable(&failAfter{n: after}, "turns", runs)
+		if !errors.Is(err, errDeviceFull) {
+			t.Errorf("writer failing after %d bytes: got %v, want %v", after, err, errDeviceFull)
+		}
+	}
+	errRead := errors.New("row store read failed")
+	for _, at := range []int{1, 60_000} { // in the first row group, and in a later one
+		rows := func(yield func(*row[*Turn], error) bool) {
+			i := 0
+			for r, err := range turnsOf(runs) {
+				if i++; i == at {
+					yield(nil, errRead)
+					return
+				}
+				if !yield(r, err) {
+					return
+				}
+			}
+		}
+		n, err := writeRows(io.Discard, turnColumns, rows, groupLimit[*Turn]{rows: RowGroupRows}, runs)
+		if !errors.Is(err, errRead) || n != 0 {
+			t.Errorf("rows failing at row %d: got %d rows, %v; want %v", at, n, err, errRead)
 		}
 	}
 }
