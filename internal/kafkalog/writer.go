@@ -66,8 +66,13 @@ const (
 	// attempt of 28 turns read 93 ms of batches, nearly all lz4.
 	maxPartitionBytes = 1 << 20
 	// maxRequestBytes bounds the records of one request across its
-	// partitions; a request always takes its first partition.
-	maxRequestBytes = MaxMessageBytes
+	// partitions; a request always takes its first partition. Requests
+	// are sent concurrently, each compressed on its own goroutine: at
+	// 16 MiB a leader's backlog of large records (turns with tokens) went
+	// out in one request at a time, and the ingest of 64 such records a
+	// call reached 0.57-0.84 of kafka-go's own writer, against 0.85-1.13
+	// at 1 MiB (BENCHMARKS.md, "Ingest of large records").
+	maxRequestBytes = 1 << 20
 	// minBackoff and maxBackoff bound the wait before a batch is tried
 	// again; it doubles per attempt.
 	minBackoff = 50 * time.Millisecond
@@ -79,12 +84,13 @@ const (
 //
 // It speaks kafka-go's protocol layer directly: records of every Append
 // wait in a queue per partition, and one sender takes, for each partition
-// not already in a request, everything queued there, and sends the
-// partitions that share a leader in one produce request. While a request
-// is in flight the next Appends queue behind it, so concurrent Appends
-// share requests (batching across requests) and one request carries every
-// partition (pipelining across partitions), with no timer to wait on when
-// the writer is idle. A partition is in at most one request at a time, so
+// not already in a request, everything queued there (up to a batch's
+// bound), and sends the partitions that share a leader in produce requests
+// of up to maxRequestBytes, concurrently. While a request is in flight the
+// next Appends queue behind it, so concurrent Appends share requests
+// (batching across requests), one request carries many partitions
+// (pipelining across partitions) and a backlog goes out in several
+// requests at once, with no timer to wait on when the writer is idle. A partition is in at most one request at a time, so
 // its records land in the order they were queued, retries included.
 type Writer struct {
 	tr    kafka.RoundTripper
