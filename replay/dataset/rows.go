@@ -231,8 +231,8 @@ type judgement struct {
 // place in the log, so one iterator a partition, each moving forward
 // only, finds every turn's judgement in one pass over them. A point read
 // a turn went through the store's indexes again each time: at 1 M facts
-// those reads were half the Parquet export's time (BENCHMARKS.md, "Export
-// to Parquet").
+// those reads were half the Parquet export's time (BENCHMARKS.md, "The
+// exports: judgements joined by scan").
 type judgements struct {
 	s   *rowStore
 	its map[int32]*pebble.Iterator
