@@ -274,6 +274,8 @@ func writeRows[R any](w io.Writer, cols []column[R], rows iter.Seq2[*row[R], err
 		}
 		wrote <- err
 	}()
+	// end waits for the groups sent to be written and closes the file;
+	// every return goes through it.
 	end := func(err error) (int64, error) {
 		close(groups)
 		err = errors.Join(err, <-wrote)
@@ -307,11 +309,10 @@ func writeRows[R any](w io.Writer, cols []column[R], rows iter.Seq2[*row[R], err
 		}
 	}
 	flush()
-	close(groups)
-	if err := <-wrote; err != nil {
-		return 0, errors.Join(err, fw.Close())
+	if _, err := end(nil); err != nil {
+		return 0, err
 	}
-	return total, fw.Close()
+	return total, nil
 }
 
 // dictionaryFull says whether a dictionary column of the row group being

@@ -94,6 +94,16 @@ func (d *rowDecoder) int() int64 {
 	return v
 }
 
+// int32 reads an int that must fit 32 bits.
+func (d *rowDecoder) int32() int32 {
+	v := d.int()
+	if int64(int32(v)) != v {
+		d.fail()
+		return 0
+	}
+	return int32(v)
+}
+
 func (d *rowDecoder) bool() bool {
 	if len(d.b) == 0 || d.b[0] > 1 {
 		d.fail()
@@ -123,11 +133,7 @@ func (d *rowDecoder) string() string {
 }
 
 func (d *rowDecoder) spilled() spilled {
-	at, n := d.int(), d.int()
-	if int64(int32(n)) != n {
-		d.fail()
-	}
-	return spilled{At: at, N: int32(n)}
+	return spilled{At: d.int(), N: d.int32()}
 }
 
 // listLength reads a list's stored length: -1 for nil.
@@ -203,11 +209,7 @@ func (e *rowEncoder) turn(t *Turn) {
 func decodeTurnRecord(v []byte) (*Turn, error) {
 	d := rowDecoder{b: v}
 	t := &Turn{Seq: d.uint()}
-	partition := d.int()
-	t.Partition = int32(partition)
-	if int64(t.Partition) != partition {
-		d.fail()
-	}
+	t.Partition = d.int32()
 	t.Offset = d.int()
 	t.Attempt = d.string()
 	t.Turn = int(d.int())
