@@ -90,8 +90,9 @@ const (
 // next Appends queue behind it, so concurrent Appends share requests
 // (batching across requests), one request carries many partitions
 // (pipelining across partitions) and a backlog goes out in several
-// requests at once, with no timer to wait on when the writer is idle. A partition is in at most one request at a time, so
-// its records land in the order they were queued, retries included.
+// requests at once, with no timer to wait on when the writer is idle. A
+// partition is in at most one request at a time, so its records land in
+// the order they were queued, retries included.
 type Writer struct {
 	tr    kafka.RoundTripper
 	addr  net.Addr
