@@ -35,7 +35,8 @@ import (
 // the runs a lookup asks, but rewrote every entry about log2 of the runs
 // times (at 50 M facts, some 7 times 2.4 GB), for lookups the filter lets
 // through a time in a hundred. Memory is the map, the filters and the page
-// ids: flat but for 10 bits a fact and 16 bytes per 85.
+// ids: flat but for 22 bits a fact (the filters, kept off the Go heap by
+// offheap.go) and 16 bytes per 85.
 
 const (
 	dedupEntry      = 16 + 32
@@ -68,9 +69,11 @@ type dedupIndex struct {
 	order  []dedupOrder // a spill's sort
 	runs   []*dedupRun  // oldest first
 	filter bloom        // every id written
-	next   int          // name of the next run file
-	page   [dedupPage * dedupEntry]byte
-	value  dedupSum // the value a Get lends
+	// arena holds the filters' words, outside the Go heap (offheap.go).
+	arena *wordArena
+	next  int // name of the next run file
+	page  [dedupPage * dedupEntry]byte
+	value dedupSum // the value a Get lends
 }
 
 type dedupMem struct {
@@ -90,7 +93,8 @@ type dedupRun struct {
 // newDedupIndex makes an empty index in dir for a run of at most facts
 // facts (0: unknown).
 func newDedupIndex(dir string, facts uint64) *dedupIndex {
-	return &dedupIndex{dir: dir, limit: dedupMemEntries, filter: newBloom(dedupFilterFor(facts))}
+	a := &wordArena{}
+	return &dedupIndex{dir: dir, limit: dedupMemEntries, filter: newBloom(a, dedupFilterFor(facts)), arena: a}
 }
 
 // dedupFilterFor sizes the filter of a run of at most facts facts (0:
@@ -112,9 +116,10 @@ type bloom struct {
 	blocks uint64
 }
 
-func newBloom(bytes int) bloom {
+// newBloom makes an empty filter of about bytes bytes, its words from a.
+func newBloom(a *wordArena, bytes int) bloom {
 	blocks := max(1, bytes/64)
-	return bloom{words: make([]uint64, blocks*8), blocks: uint64(blocks)}
+	return bloom{words: a.words(blocks * 8), blocks: uint64(blocks)}
 }
 
 // probe calls fn with the word and bit of each of h's bits until fn
@@ -296,7 +301,7 @@ func (d *dedupIndex) create(n int) (*dedupRun, *runWriter, error) {
 		f.Close()
 		return nil, nil, fmt.Errorf("replay: dedup index: %w", err)
 	}
-	r := &dedupRun{f: f, filter: newBloom(n * dedupRunBits / 8)}
+	r := &dedupRun{f: f, filter: newBloom(d.arena, n*dedupRunBits/8)}
 	return r, &runWriter{r: r, w: bufio.NewWriterSize(f, 1<<20)}, nil
 }
 
@@ -361,7 +366,8 @@ func (r *dedupRun) close() error {
 	return nil
 }
 
-// close closes every run; their files are already gone.
+// close closes every run, their files already gone, and frees the
+// filters: the index is not used after it.
 func (d *dedupIndex) close() error {
 	var first error
 	for _, r := range d.runs {
@@ -369,6 +375,7 @@ func (d *dedupIndex) close() error {
 			first = err
 		}
 	}
-	d.runs = nil
+	d.runs, d.filter = nil, bloom{}
+	d.arena.free()
 	return first
 }

@@ -24,14 +24,14 @@ func TestDedupIndex(t *testing.T) {
 	t.Run("a run past its bound", func(t *testing.T) { testDedupIndex(t, newDedupIndex(t.TempDir(), 1000), random) })
 	t.Run("every lookup reaches the runs", func(t *testing.T) {
 		d := newDedupIndex(t.TempDir(), 0)
-		d.filter = newBloom(64) // one block: every bit set after a few ids
+		d.filter = newBloom(d.arena, 64) // one block: every bit set after a few ids
 		testDedupIndex(t, d, random)
 	})
 	// UUIDv7s made in one millisecond share their first six bytes; a
 	// spill orders ids by their first eight, then by the rest.
 	t.Run("ids sharing their first word", func(t *testing.T) {
 		d := newDedupIndex(t.TempDir(), 0)
-		d.filter = newBloom(64)
+		d.filter = newBloom(d.arena, 64)
 		testDedupIndex(t, d, func(i int) dedupID {
 			id := random(i)
 			binary.BigEndian.PutUint64(id[:8], uint64(i%3))
