@@ -26,8 +26,10 @@ const writeBackBytes = 64 << 20
 // says, the rest in a Pebble database.
 func openScratch(dir string, src Source) (*scratch, error) {
 	// The spill's filter now sees only the keys other than the dedup
-	// index's, a few per group: a smaller one does.
-	s, err := foldstore.OpenSpill(foldstore.SpillOptions{Dir: dir, FilterBytes: 8 << 20})
+	// index's, a few per group: a smaller one does. So does its cache:
+	// the write-back fold holds the records in flight decoded, and a
+	// 64 MiB cache only filled as the run grew (docs/design.md §14.2).
+	s, err := foldstore.OpenSpill(foldstore.SpillOptions{Dir: dir, FilterBytes: 8 << 20, CacheBytes: 16 << 20})
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
