@@ -30,7 +30,9 @@ import (
 //
 // EXPORT_MEMORY_FACTS sizes the runs [200000,600000]; EXPORT_MEMORY_DIR
 // keeps the archives made, for the next run to reuse [a temporary
-// directory]; EXPORT_MEMORY_FORMATS picks formats [all].
+// directory]; EXPORT_MEMORY_FORMATS picks formats [all];
+// EXPORT_MEMORY_TOKENS=1 gives every turn its token ids and log-probs, as
+// a real run's carry (about 4.3 KB a fact in the archive).
 func BenchmarkExportMemory(b *testing.B) {
 	sizes := []int{200_000, 600_000}
 	if s := os.Getenv("EXPORT_MEMORY_FACTS"); s != "" {
@@ -51,10 +53,15 @@ func BenchmarkExportMemory(b *testing.B) {
 	if s := os.Getenv("EXPORT_MEMORY_FORMATS"); s != "" {
 		formats = strings.Split(s, ",")
 	}
+	tokens := os.Getenv("EXPORT_MEMORY_TOKENS") == "1"
 	for _, n := range sizes {
-		arch := filepath.Join(dir, fmt.Sprintf("export-memory-%d.rla", n))
+		name, o := fmt.Sprintf("export-memory-%d.rla", n), simOptions(n)
+		if tokens {
+			name, o.Tokens = fmt.Sprintf("export-memory-tokens-%d.rla", n), true
+		}
+		arch := filepath.Join(dir, name)
 		if _, err := os.Stat(arch); err != nil {
-			if err := writeSimArchive(arch, "export-memory", simOptions(n)); err != nil {
+			if err := writeSimArchive(arch, "export-memory", o); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -135,15 +142,14 @@ func TestExportMemoryChild(t *testing.T) {
 	fmt.Printf("%s\n", b)
 }
 
-// writeSimArchive generates a run, folds it into a scratch store to
-// conclude its decisions, and writes both as an archive at path.
+// writeSimArchive generates a run a piece at a time, folds it into a
+// scratch store to conclude its decisions, and writes both as an archive
+// at path.
 func writeSimArchive(path, run string, o simulate.Options) error {
-	plan, err := simulate.Generate(o, run)
+	src, err := simulate.NewSource(o, run)
 	if err != nil {
 		return err
 	}
-	evs := plan.All()
-	plan = nil
 	w, err := replay.CreateArchive(path, run, "simulate")
 	if err != nil {
 		return err
@@ -161,12 +167,13 @@ func writeSimArchive(path, run string, o simulate.Options) error {
 	defer store.Close()
 	fold := projections.NewFold(run)
 	var decided [][]byte
-	for i := range evs {
-		v, err := events.Encode(evs[i])
+	i := 0
+	for ev := range src.Events() {
+		v, err := events.Encode(ev)
 		if err != nil {
 			return err
 		}
-		ds, err := fold.Apply(store, projections.Record{Value: v, Event: evs[i], Offset: int64(i)})
+		ds, err := fold.Apply(store, projections.Record{Value: v, Event: ev, Offset: int64(i)})
 		if err != nil {
 			return err
 		}
@@ -176,7 +183,7 @@ func writeSimArchive(path, run string, o simulate.Options) error {
 		if err := w.AddFact(replay.Fact{Seq: uint64(i + 1), Offset: int64(i), Value: v}); err != nil {
 			return err
 		}
-		evs[i] = events.Event{}
+		i++
 	}
 	for i, d := range decided {
 		if err := w.AddDecision(replay.Recorded{Offset: int64(i), Value: d}); err != nil {
