@@ -42,6 +42,8 @@ type Overlay struct {
 	// absent, when set, says a key is surely not in db, so Get does not
 	// read it there.
 	absent func(key []byte) bool
+	// bytes counts the keys and values held (Bytes).
+	bytes int
 }
 
 type overlayVal struct {
@@ -69,21 +71,30 @@ func (w *Overlay) Get(key []byte) ([]byte, bool, error) {
 		return nil, false, err
 	}
 	w.vals[string(key)] = overlayVal{v: v, present: ok}
+	w.bytes += len(key) + len(v)
 	return v, ok, nil
 }
 
 // Set writes a copy of v under key.
 func (w *Overlay) Set(key, v []byte) {
 	w.vals[string(key)] = overlayVal{v: append([]byte(nil), v...), present: true, dirty: true}
+	w.bytes += len(key) + len(v)
 }
 
 // Delete removes key.
 func (w *Overlay) Delete(key []byte) {
 	w.vals[string(key)] = overlayVal{dirty: true}
+	w.bytes += len(key)
 }
 
 // Len is the number of keys the overlay holds, read or written.
 func (w *Overlay) Len() int { return len(w.vals) }
+
+// Bytes bounds the bytes of the keys and values the overlay holds: each
+// key and value it read or was given, counted again when given again
+// (a value replaced is not subtracted, which would cost a second lookup
+// of its key).
+func (w *Overlay) Bytes() int { return w.bytes }
 
 // Flush writes what the window changed into b.
 func (w *Overlay) Flush(b *pebble.Batch) error {

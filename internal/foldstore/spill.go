@@ -24,6 +24,12 @@ type SpillOptions struct {
 	// OverlayKeys is how many keys the in-memory overlay holds before it
 	// is written to the database [32,768].
 	OverlayKeys int
+	// OverlayBytes is how many bytes of keys and values it holds before
+	// then, whatever their number [32 MiB]: a fold of token-bearing turns
+	// writes each turn's arrays (kilobytes) to its state, and 32,768 of
+	// them, with the write batch that copies them to Pebble, had held
+	// gigabytes.
+	OverlayBytes int
 }
 
 func (o SpillOptions) withDefaults() SpillOptions {
@@ -39,6 +45,9 @@ func (o SpillOptions) withDefaults() SpillOptions {
 	if o.OverlayKeys <= 0 {
 		o.OverlayKeys = 32 << 10
 	}
+	if o.OverlayBytes <= 0 {
+		o.OverlayBytes = 32 << 20
+	}
 	return o
 }
 
@@ -51,7 +60,8 @@ type Spill struct {
 	dir    string
 	db     *pebble.DB
 	ov     *Overlay
-	limit  int
+	limit  int // keys
+	bytes  int // and bytes (Overlay.Bytes)
 	filter *keyFilter
 }
 
@@ -80,7 +90,7 @@ func OpenSpill(o SpillOptions) (*Spill, error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("foldstore: open scratch database in %s: %w", dir, err)
 	}
-	s := &Spill{dir: dir, db: db, limit: o.OverlayKeys, filter: newKeyFilter(o.FilterBytes)}
+	s := &Spill{dir: dir, db: db, limit: o.OverlayKeys, bytes: o.OverlayBytes, filter: newKeyFilter(o.FilterBytes)}
 	s.ov = s.newOverlay()
 	return s, nil
 }
@@ -96,11 +106,11 @@ func (s *Spill) newOverlay() *Overlay {
 // Dir is the temporary directory the database lives in.
 func (s *Spill) Dir() string { return s.dir }
 
-// spill writes the overlay to the database once it holds limit keys.
-// Values handed out by Get stay valid: the old overlay is dropped, not
-// overwritten.
+// spill writes the overlay to the database once it holds limit keys or
+// bytes bytes. Values handed out by Get stay valid: the old overlay is
+// dropped, not overwritten.
 func (s *Spill) spill() error {
-	if s.ov.Len() < s.limit {
+	if s.ov.Len() < s.limit && s.ov.Bytes() < s.bytes {
 		return nil
 	}
 	return s.Flush()

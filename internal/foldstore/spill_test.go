@@ -13,11 +13,17 @@ import (
 
 // A Spill reads back what a MemStore does after the same writes, across
 // many flushes of its overlay to the database, whether its key filter
-// rules out most keys never written (the default) or, saturated, none.
+// rules out most keys never written (the default) or, saturated, none,
+// and whether the overlay is flushed for its keys or for its bytes.
 func TestSpillMatchesMemStore(t *testing.T) {
-	for _, filter := range []int{0, 64} {
-		t.Run(fmt.Sprintf("filter=%d", filter), func(t *testing.T) {
-			s, err := OpenSpill(SpillOptions{Dir: t.TempDir(), OverlayKeys: 7, FilterBytes: filter})
+	for _, o := range []SpillOptions{
+		{OverlayKeys: 7},
+		{OverlayKeys: 7, FilterBytes: 64},
+		{OverlayKeys: 1 << 20, OverlayBytes: 100},
+	} {
+		t.Run(fmt.Sprintf("filter=%d,keys=%d,bytes=%d", o.FilterBytes, o.OverlayKeys, o.OverlayBytes), func(t *testing.T) {
+			o.Dir = t.TempDir()
+			s, err := OpenSpill(o)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -51,6 +57,33 @@ func TestSpillMatchesMemStore(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The overlay of large values is written out by its bytes, long before
+// it holds OverlayKeys of them, and every value reads back.
+func TestSpillBoundsOverlayBytes(t *testing.T) {
+	const limit, value = 1 << 20, 64 << 10
+	s, err := OpenSpill(SpillOptions{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.bytes = limit
+	v := func(i int) []byte { return bytes.Repeat([]byte{byte(i)}, value) }
+	for i := range 200 {
+		if err := s.Set(fmt.Appendf(nil, "turn/%03d", i), v(i)); err != nil {
+			t.Fatal(err)
+		}
+		if b := s.ov.Bytes(); b >= limit+value+16 {
+			t.Fatalf("after %d values of %d bytes the overlay holds %d bytes, past its bound of %d and one value", i+1, value, b, limit)
+		}
+	}
+	for i := range 200 {
+		got, ok, err := s.Get(fmt.Appendf(nil, "turn/%03d", i))
+		if err != nil || !ok || !bytes.Equal(got, v(i)) {
+			t.Fatalf("value %d: ok %t, err %v, %d bytes read back", i, ok, err, len(got))
+		}
 	}
 }
 
