@@ -184,14 +184,57 @@ func (r *Run) Close() error {
 	return err
 }
 
-// SamplesOf reads batch b's canonical binary samples (docs/design.md §7.4)
-// back into buf, grown as needed, and returns them; nil when Build did not
-// keep samples.
-func (r *Run) SamplesOf(b *Batch, buf []byte) ([]byte, error) {
+// sampleChunkBytes bounds a chunk of a batch's samples read back at once
+// (Run.EachSampleChunk), but for a chunk of one sample larger than that;
+// a variable for the tests.
+var sampleChunkBytes = 8 << 20
+
+// EachSampleChunk reads batch b's canonical binary samples (docs/design.md
+// §7.4) back a chunk of whole samples at a time, in order, into buf (grown
+// as needed and returned), and calls fn with each; a chunk is valid until
+// fn returns. Nothing is read when Build did not keep samples. A batch of
+// a long run's samples is hundreds of megabytes, which reading it whole
+// had held at once.
+func (r *Run) EachSampleChunk(b *Batch, buf []byte, fn func([]byte) error) ([]byte, error) {
 	if r.spill == nil || b.samplesLen == 0 {
-		return nil, nil
+		return buf, nil
 	}
-	return r.readSpill(b.samplesAt, b.samplesLen, buf)
+	at := b.samplesAt
+	for _, n := range b.sampleChunks {
+		data, err := r.readSpill(at, n, buf)
+		if err != nil {
+			return buf, err
+		}
+		buf = data[:0]
+		if err := fn(data); err != nil {
+			return buf, err
+		}
+		at += int64(n)
+	}
+	return buf, nil
+}
+
+// chunkSamples cuts a batch's canonical samples into chunks of whole
+// samples of about sampleChunkBytes each, by their lengths; all of them
+// one chunk when they do not read (the reader then says why).
+func chunkSamples(samples []byte) []int {
+	var chunks []int
+	sr := projections.NewSampleReader(samples)
+	start, end := 0, 0
+	for sr.Next() {
+		if sr.Offset()-start > sampleChunkBytes && end > start {
+			chunks = append(chunks, end-start)
+			start = end
+		}
+		end = sr.Offset()
+	}
+	if sr.Err() != nil {
+		return []int{len(samples)}
+	}
+	if end > start {
+		chunks = append(chunks, end-start)
+	}
+	return chunks
 }
 
 // TokensOf reads turn t's observation token ids, completion token ids and
@@ -317,7 +360,7 @@ type ToolCall struct {
 }
 
 // Batch is one batch.sealed decision and the gradient step that consumed
-// it; Run.SamplesOf reads its samples.
+// it; Run.EachSampleChunk reads its samples.
 type Batch struct {
 	Manifest projections.Manifest
 	// Fact is the position of the fact that sealed it.
@@ -325,9 +368,11 @@ type Batch struct {
 	// Step is the first gradient.applied reporting the batch, nil when
 	// none did.
 	Step *events.GradientApplied
-	// samplesAt and samplesLen place its samples in the run's file.
-	samplesAt  int64
-	samplesLen int
+	// samplesAt and samplesLen place its samples in the run's file;
+	// sampleChunks are the lengths of the chunks EachSampleChunk reads.
+	samplesAt    int64
+	samplesLen   int
+	sampleChunks []int
 }
 
 // Task is one task.registered (the first of its id) and the admission
@@ -631,7 +676,7 @@ func (r *Run) decisions(f replay.Fact, ds []projections.Decision, batchOf map[in
 			if err != nil {
 				return err
 			}
-			b.samplesAt, b.samplesLen = at, len(d.Samples)
+			b.samplesAt, b.samplesLen, b.sampleChunks = at, len(d.Samples), chunkSamples(d.Samples)
 		}
 		if err := r.judge(&b.Manifest); err != nil {
 			return err

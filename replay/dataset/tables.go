@@ -3,6 +3,7 @@ package dataset
 import (
 	"cmp"
 	"encoding/binary"
+	"errors"
 	"iter"
 	"math"
 	"slices"
@@ -159,25 +160,25 @@ func samplesOf(runs []*Run) iter.Seq2[*row[*sampleRow], error] {
 		var buf []byte
 		for _, run := range runs {
 			for _, b := range run.Batches {
-				// One batch's samples in memory at a time: the rows read
-				// from buf are copied into the table's builders before
-				// the next batch overwrites it.
-				data, err := run.SamplesOf(b, buf)
-				if err != nil {
-					yield(nil, err)
-					return
-				}
-				if cap(data) > cap(buf) {
-					buf = data[:0]
-				}
-				sr := projections.NewSampleReader(data)
-				for i := int64(0); sr.Next(); i++ {
-					if !yield(&row[*sampleRow]{run: run, r: &sampleRow{batch: b.Manifest.Seq, index: i, v: sr.Sample()}}, nil) {
-						return
+				// One chunk of a batch's samples in memory at a time: the
+				// rows read from buf are copied into the table's builders
+				// before the next chunk overwrites it.
+				var i int64
+				stopped := errors.New("stopped")
+				var err error
+				buf, err = run.EachSampleChunk(b, buf, func(data []byte) error {
+					sr := projections.NewSampleReader(data)
+					for ; sr.Next(); i++ {
+						if !yield(&row[*sampleRow]{run: run, r: &sampleRow{batch: b.Manifest.Seq, index: i, v: sr.Sample()}}, nil) {
+							return stopped
+						}
 					}
-				}
-				if err := sr.Err(); err != nil {
-					yield(nil, err)
+					return sr.Err()
+				})
+				if err != nil {
+					if !errors.Is(err, stopped) {
+						yield(nil, err)
+					}
 					return
 				}
 			}
