@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"sort"
 	"strconv"
 
@@ -439,7 +440,9 @@ func (c *applyCtx) seal() error {
 	h := sha256.New()
 	h.Write(body)
 	var samples []byte
-	if c.noSamples {
+	if c.samplesTo != nil {
+		err = c.samplesTo(k, func(w io.Writer) error { return c.writeSamples(entries, io.MultiWriter(h, w)) })
+	} else if c.noSamples {
 		err = c.writeSamples(entries, h)
 	} else if samples, err = c.materialize(entries); err == nil {
 		h.Write(samples)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"io"
 	"sync"
 
 	"github.com/rolloutledger/rolloutledger/events"
@@ -90,6 +91,8 @@ type Fold struct {
 	repeat bool
 	// noSamples is FoldOptions.NoSamples.
 	noSamples bool
+	// samplesTo is FoldOptions.SamplesTo.
+	samplesTo func(seq uint64, write func(io.Writer) error) error
 	// digests are those of the record being applied, and key the room
 	// for its dedup key: kept here, where the Store's and the tree's
 	// copies of them cost no allocation.
@@ -144,6 +147,14 @@ type FoldOptions struct {
 	// compares decisions (replay's verify), not one that stores or exports
 	// the samples.
 	NoSamples bool
+	// SamplesTo, when set, is given each batch the fold seals, by its seq,
+	// and a function that writes the batch's samples to a writer in their
+	// canonical binary form as they are built (and into the digest); it
+	// must call it once and return its error, or one of its own, which
+	// stops the fold. The decision's Samples are then nil, as with
+	// NoSamples: a pass that stores the samples (an export) holds none of
+	// a batch's tokens at once. It takes precedence over NoSamples.
+	SamplesTo func(seq uint64, write func(io.Writer) error) error
 }
 
 // NewFoldWith returns the fold of run with options.
@@ -152,7 +163,7 @@ func NewFoldWith(run string, o FoldOptions) *Fold {
 	if rules == 0 {
 		rules = RuleVersion
 	}
-	f := &Fold{run: run, override: o.Config, recorded: o.Recorded, rules: rules, noSamples: o.NoSamples}
+	f := &Fold{run: run, override: o.Config, recorded: o.Recorded, rules: rules, noSamples: o.NoSamples, samplesTo: o.SamplesTo}
 	if o.WriteBack > 0 {
 		f.wb = newWriteBack(o.WriteBack)
 	}
@@ -229,7 +240,7 @@ func (f *Fold) Apply(s Store, r Record) ([]Decision, error) {
 		f.digests = HashValue(value)
 	}
 	f.repeat = false
-	c := &applyCtx{run: f.run, rules: f.rules, s: s, ev: ev, override: f.override, recorded: f.recorded, cache: &f.cache, digests: &f.digests, key: &f.key, repeat: &f.repeat, noSamples: f.noSamples}
+	c := &applyCtx{run: f.run, rules: f.rules, s: s, ev: ev, override: f.override, recorded: f.recorded, cache: &f.cache, digests: &f.digests, key: &f.key, repeat: &f.repeat, noSamples: f.noSamples, samplesTo: f.samplesTo}
 	if f.wb != nil {
 		ds, err := f.applyWriteBack(c, r.Partition, r.Offset, value, decodeErr)
 		if err != nil {
@@ -349,6 +360,8 @@ type applyCtx struct {
 	// noSamples writes a sealed batch's samples into its digest only
 	// (FoldOptions.NoSamples).
 	noSamples bool
+	// samplesTo is FoldOptions.SamplesTo.
+	samplesTo func(seq uint64, write func(io.Writer) error) error
 }
 
 func (c *applyCtx) apply(value []byte) error {

@@ -348,8 +348,9 @@ func (c *applyCtx) materialize(entries []openGroup) ([]byte, error) {
 // segments after it; an attempt without turns is one empty segment. The
 // tokens go from the stored payloads to the form as bytes: both are
 // little-endian words. Written straight into the batch's digest, a batch
-// is never held whole (FoldOptions.NoSamples). w is a hash or a
-// bytes.Buffer, whose writes do not fail.
+// is never held whole (FoldOptions.NoSamples, SamplesTo). Its writes'
+// errors are not checked: w is a hash or a bytes.Buffer, whose writes do
+// not fail, or a SamplesTo writer, whose caller sees them.
 func (c *applyCtx) writeSamples(entries []openGroup, w io.Writer) error {
 	temps := c.rules >= 4
 	var col sampleColumns

@@ -2,6 +2,8 @@ package projections
 
 import (
 	"bytes"
+	"errors"
+	"io"
 	"slices"
 	"testing"
 
@@ -211,6 +213,58 @@ func TestNoSamplesSameDecisions(t *testing.T) {
 			t.Fatalf("%+v: no batch sealed", o)
 		}
 	}
+}
+
+// A fold that hands the samples to a writer as it builds them (an export)
+// concludes the same decisions, and writes each batch's samples, once,
+// byte for byte those the decision would have carried; an error of the
+// writer's caller stops the fold with it.
+func TestSamplesToSameSamples(t *testing.T) {
+	b := wholeSequenceRun(t)
+	for _, o := range []FoldOptions{{}, {RuleVersion: 3}, {WriteBack: 1 << 20}} {
+		want, _ := b.foldWith(o)
+		written := map[uint64][]byte{}
+		o.SamplesTo = func(seq uint64, write func(io.Writer) error) error {
+			if _, ok := written[seq]; ok {
+				t.Errorf("batch %d written twice", seq)
+			}
+			var buf bytes.Buffer
+			err := write(&buf)
+			written[seq] = buf.Bytes()
+			return err
+		}
+		got, _ := b.foldWith(o)
+		if len(got) != len(want) {
+			t.Fatalf("%d decisions, want %d", len(got), len(want))
+		}
+		sealed := 0
+		for i := range want {
+			if !bytes.Equal(got[i].Value, want[i].Value) {
+				t.Errorf("decision %s %d differs:\n got %.200s\nwant %.200s", want[i].Kind, want[i].Seq, got[i].Value, want[i].Value)
+			}
+			if want[i].Kind == KindBatchSealed {
+				sealed++
+				seq := want[i].Seq
+				if got[i].Samples != nil || len(want[i].Samples) == 0 || !bytes.Equal(written[seq], want[i].Samples) {
+					t.Errorf("batch %d: %d sample bytes written (%d kept), want %d", seq, len(written[seq]), len(got[i].Samples), len(want[i].Samples))
+				}
+			}
+		}
+		if sealed == 0 || sealed != len(written) {
+			t.Fatalf("%d batches sealed, %d written", sealed, len(written))
+		}
+	}
+	full := errors.New("disk full")
+	f, s := NewFoldWith(testRun, FoldOptions{SamplesTo: func(uint64, func(io.Writer) error) error { return full }}), NewMemStore()
+	for _, r := range b.records() {
+		if _, err := f.Apply(s, r); err != nil {
+			if !errors.Is(err, full) {
+				t.Fatalf("the writer's error became %v", err)
+			}
+			return
+		}
+	}
+	t.Fatal("a fold whose samples could not be written went on to the end")
 }
 
 // The canonical form of a sample with temperatures roundtrips, and one

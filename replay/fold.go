@@ -3,6 +3,7 @@ package replay
 import (
 	"context"
 	"fmt"
+	"io"
 
 	"github.com/rolloutledger/rolloutledger/events"
 	"github.com/rolloutledger/rolloutledger/projections"
@@ -17,6 +18,10 @@ type FoldOptions struct {
 	// receives (projections.FoldOptions.NoSamples), for consumers that do
 	// not read them: the fold then never holds a batch's tokens at once.
 	NoSamples bool
+	// SamplesTo hands each sealed batch's samples to a writer as they are
+	// built (projections.FoldOptions.SamplesTo); the decisions fn
+	// receives then carry none.
+	SamplesTo func(seq uint64, write func(io.Writer) error) error
 }
 
 // Fold folds every fact of src, decoded ahead on the other cores, and
@@ -42,7 +47,7 @@ func Fold(ctx context.Context, src Source, o FoldOptions, fn func(Fact, []projec
 		return err
 	}
 	defer store.Close()
-	fold := projections.NewFoldWith(src.Run(), projections.FoldOptions{Recorded: config, RuleVersion: rules, WriteBack: writeBackBytes, NoSamples: o.NoSamples})
+	fold := projections.NewFoldWith(src.Run(), projections.FoldOptions{Recorded: config, RuleVersion: rules, WriteBack: writeBackBytes, NoSamples: o.NoSamples, SamplesTo: o.SamplesTo})
 	err = factsOf(ctx, src, func(f Fact) error {
 		ds, err := fold.Apply(store, f.Record())
 		if err != nil {
