@@ -1,12 +1,15 @@
 package dataset
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
+	"sync"
 
 	json "github.com/segmentio/encoding/json"
 
@@ -77,6 +80,63 @@ type Run struct {
 	spillErr  error
 	// scattered says text is read an attempt at a time (trajectories).
 	scattered bool
+	// samples holds the batches' canonical samples when Options.Samples
+	// keeps them, written by the fold as it seals each batch (Build's
+	// samplesTo), while the rows are collected and the spill written on
+	// another goroutine; samplesSize is its length, and extents says
+	// where each batch's went, by seq, until its decision is collected.
+	samples     *os.File
+	samplesSize int64
+	samplesW    *bufio.Writer
+	extentsMu   sync.Mutex
+	extents     map[uint64]extent
+}
+
+// extent is where a batch's samples sit in the samples file.
+type extent struct {
+	at int64
+	n  int
+}
+
+// samplesTo writes a batch's samples to the end of the samples file as
+// the fold seals it (projections.FoldOptions.SamplesTo): none of a batch's
+// tokens are held at once.
+func (r *Run) samplesTo(seq uint64, write func(io.Writer) error) error {
+	at := r.samplesSize
+	cw := &countingWriter{w: r.samplesW}
+	r.samplesW.Reset(io.NewOffsetWriter(r.samples, at))
+	if err := write(cw); err != nil {
+		return err
+	}
+	if err := r.samplesW.Flush(); err != nil {
+		return fmt.Errorf("dataset: samples of run %s: %w", r.Run, err)
+	}
+	r.samplesSize += cw.n
+	r.extentsMu.Lock()
+	r.extents[seq] = extent{at: at, n: int(cw.n)}
+	r.extentsMu.Unlock()
+	return nil
+}
+
+// takeExtent returns where batch seq's samples were written, once.
+func (r *Run) takeExtent(seq uint64) (extent, bool) {
+	r.extentsMu.Lock()
+	defer r.extentsMu.Unlock()
+	e, ok := r.extents[seq]
+	delete(r.extents, seq)
+	return e, ok
+}
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // spilled places a value in a run's spill file.
@@ -152,12 +212,17 @@ func (r *Run) spillBytes(b []byte) (int64, error) {
 // readSpill reads n bytes at at of the run's spill file into buf, grown
 // as needed.
 func (r *Run) readSpill(at int64, n int, buf []byte) ([]byte, error) {
+	return readAt(r.spill, at, n, buf, "spill of run "+r.Run)
+}
+
+// readAt reads n bytes at at of f into buf, grown as needed.
+func readAt(f *os.File, at int64, n int, buf []byte, what string) ([]byte, error) {
 	if cap(buf) < n {
 		buf = make([]byte, n)
 	}
 	buf = buf[:n]
-	if _, err := r.spill.ReadAt(buf, at); err != nil {
-		return nil, fmt.Errorf("dataset: spill of run %s: %w", r.Run, err)
+	if _, err := f.ReadAt(buf, at); err != nil {
+		return nil, fmt.Errorf("dataset: %s: %w", what, err)
 	}
 	return buf, nil
 }
@@ -171,22 +236,24 @@ func (r *Run) Close() error {
 		err = r.rows.close()
 		r.rows = nil
 	}
-	if r.spill == nil {
-		return err
+	for _, f := range []**os.File{&r.spill, &r.samples} {
+		if *f == nil {
+			continue
+		}
+		if cerr := (*f).Close(); err == nil {
+			err = cerr
+		}
+		if rerr := os.Remove((*f).Name()); err == nil {
+			err = rerr
+		}
+		*f = nil
 	}
-	if cerr := r.spill.Close(); err == nil {
-		err = cerr
-	}
-	if rerr := os.Remove(r.spill.Name()); err == nil {
-		err = rerr
-	}
-	r.spill = nil
 	return err
 }
 
-// sampleChunkBytes bounds a chunk of a batch's samples read back at once
-// (Run.EachSampleChunk), but for a chunk of one sample larger than that;
-// a variable for the tests.
+// sampleChunkBytes is how much of a batch's samples is read back at once
+// (Run.EachSampleChunk), or twice the largest sample when that is more; a
+// variable for the tests.
 var sampleChunkBytes = 8 << 20
 
 // EachSampleChunk reads batch b's canonical binary samples (docs/design.md
@@ -194,47 +261,42 @@ var sampleChunkBytes = 8 << 20
 // as needed and returned), and calls fn with each; a chunk is valid until
 // fn returns. Nothing is read when Build did not keep samples. A batch of
 // a long run's samples is hundreds of megabytes, which reading it whole
-// had held at once.
+// had held at once. A chunk is what a window of the file holds of whole
+// samples; a window that holds none is doubled until it does, and samples
+// that do not read to the batch's end are the reader's error.
 func (r *Run) EachSampleChunk(b *Batch, buf []byte, fn func([]byte) error) ([]byte, error) {
-	if r.spill == nil || b.samplesLen == 0 {
+	if r.samples == nil || b.samplesLen == 0 {
 		return buf, nil
 	}
-	at := b.samplesAt
-	for _, n := range b.sampleChunks {
-		data, err := r.readSpill(at, n, buf)
+	at, end := b.samplesAt, b.samplesAt+int64(b.samplesLen)
+	window := sampleChunkBytes
+	for at < end {
+		n := int(min(int64(window), end-at))
+		data, err := readAt(r.samples, at, n, buf, "samples of run "+r.Run)
 		if err != nil {
 			return buf, err
 		}
 		buf = data[:0]
-		if err := fn(data); err != nil {
-			return buf, err
+		sr := projections.NewSampleReader(data)
+		for sr.Next() {
 		}
-		at += int64(n)
+		whole := sr.Offset()
+		if whole > 0 {
+			if err := fn(data[:whole]); err != nil {
+				return buf, err
+			}
+		}
+		if sr.Err() != nil && at+int64(n) == end {
+			return buf, sr.Err()
+		}
+		if whole == 0 {
+			window *= 2
+			continue
+		}
+		at += int64(whole)
+		window = sampleChunkBytes
 	}
 	return buf, nil
-}
-
-// chunkSamples cuts a batch's canonical samples into chunks of whole
-// samples of about sampleChunkBytes each, by their lengths; all of them
-// one chunk when they do not read (the reader then says why).
-func chunkSamples(samples []byte) []int {
-	var chunks []int
-	sr := projections.NewSampleReader(samples)
-	start, end := 0, 0
-	for sr.Next() {
-		if sr.Offset()-start > sampleChunkBytes && end > start {
-			chunks = append(chunks, end-start)
-			start = end
-		}
-		end = sr.Offset()
-	}
-	if sr.Err() != nil {
-		return []int{len(samples)}
-	}
-	if end > start {
-		chunks = append(chunks, end-start)
-	}
-	return chunks
 }
 
 // TokensOf reads turn t's observation token ids, completion token ids and
@@ -368,11 +430,10 @@ type Batch struct {
 	// Step is the first gradient.applied reporting the batch, nil when
 	// none did.
 	Step *events.GradientApplied
-	// samplesAt and samplesLen place its samples in the run's file;
-	// sampleChunks are the lengths of the chunks EachSampleChunk reads.
-	samplesAt    int64
-	samplesLen   int
-	sampleChunks []int
+	// samplesAt and samplesLen place its samples in the run's samples
+	// file.
+	samplesAt  int64
+	samplesLen int
 }
 
 // Task is one task.registered (the first of its id) and the admission
@@ -444,6 +505,13 @@ func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 		return nil, fmt.Errorf("dataset: spill of run %s: %w", r.Run, err)
 	}
 	r.spill = f
+	if o.Samples {
+		if r.samples, err = os.CreateTemp(o.ScratchDir, "rolloutledger-export-samples-"); err != nil {
+			r.Close()
+			return nil, fmt.Errorf("dataset: samples of run %s: %w", r.Run, err)
+		}
+		r.samplesW, r.extents = bufio.NewWriterSize(nil, 1<<20), map[uint64]extent{}
+	}
 	if r.rows, err = openRowStore(o.ScratchDir); err != nil {
 		r.Close()
 		return nil, err
@@ -581,7 +649,11 @@ func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 		return nil
 	}
 	var view projections.StateView
-	err = foldInto(ctx, src, o, collect, func(store projections.Store) (err error) {
+	var samplesTo func(uint64, func(io.Writer) error) error
+	if o.Samples {
+		samplesTo = r.samplesTo
+	}
+	err = foldInto(ctx, src, o, samplesTo, collect, func(store projections.Store) (err error) {
 		view, err = projections.ViewSummary(store)
 		return err
 	})
@@ -609,7 +681,7 @@ func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 // another goroutine, in order: collecting rows costs a fraction of the
 // fold, and need not wait for it. An error of collect is returned once the
 // fold ends.
-func foldInto(ctx context.Context, src replay.Source, o Options, collect func(replay.Fact, []projections.Decision) error, end func(projections.Store) error) error {
+func foldInto(ctx context.Context, src replay.Source, o Options, samplesTo func(uint64, func(io.Writer) error) error, collect func(replay.Fact, []projections.Decision) error, end func(projections.Store) error) error {
 	type item struct {
 		f  replay.Fact
 		ds []projections.Decision
@@ -629,7 +701,7 @@ func foldInto(ctx context.Context, src replay.Source, o Options, collect func(re
 		done <- err
 	}()
 	buf := make([]item, 0, batch)
-	err := replay.Fold(ctx, src, replay.FoldOptions{ScratchDir: o.ScratchDir, NoSamples: !o.Samples}, func(f replay.Fact, ds []projections.Decision) error {
+	err := replay.Fold(ctx, src, replay.FoldOptions{ScratchDir: o.ScratchDir, NoSamples: !o.Samples, SamplesTo: samplesTo}, func(f replay.Fact, ds []projections.Decision) error {
 		f.Value = nil // the rows are read from the decoded event
 		if buf = append(buf, item{f, ds}); len(buf) == batch {
 			select {
@@ -671,12 +743,10 @@ func (r *Run) decisions(f replay.Fact, ds []projections.Decision, batchOf map[in
 		if err := json.Unmarshal(env.Data, &b.Manifest); err != nil {
 			return fmt.Errorf("dataset: manifest of batch %d of run %s: %w", d.Seq, r.Run, err)
 		}
-		if keepSamples && len(d.Samples) > 0 {
-			at, err := r.spillBytes(d.Samples)
-			if err != nil {
-				return err
+		if keepSamples {
+			if e, ok := r.takeExtent(b.Manifest.Seq); ok {
+				b.samplesAt, b.samplesLen = e.at, e.n
 			}
-			b.samplesAt, b.samplesLen, b.sampleChunks = at, len(d.Samples), chunkSamples(d.Samples)
 		}
 		if err := r.judge(&b.Manifest); err != nil {
 			return err

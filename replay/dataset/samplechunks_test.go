@@ -2,19 +2,23 @@ package dataset
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"os"
 	"testing"
 
 	"github.com/rolloutledger/rolloutledger/projections"
 )
 
-// A batch's samples are cut into chunks of whole samples, none past the
-// bound but one sample larger than it, and read in order they give back
-// every sample; samples that do not read stay one chunk, for the reader
-// to say why.
-func TestChunkSamples(t *testing.T) {
+// A batch's samples are read back in chunks of whole samples, none past
+// the window or twice the largest sample, and in order they give back
+// every sample, whatever their sizes and wherever the batch sits in the
+// file; samples that do not read are the reader's error, after the whole
+// samples before them.
+func TestEachSampleChunk(t *testing.T) {
 	var all []byte
 	var want []int
+	largest := 0
 	for i, n := range []int{10, 300, 5, 5, 900, 40, 40, 40, 2, 700} {
 		s := projections.Sample{Group: fmt.Sprint("g", i), Attempt: fmt.Sprint("a", i), Segment: int64(i), Advantage: 0.5}
 		for j := range n {
@@ -24,41 +28,59 @@ func TestChunkSamples(t *testing.T) {
 			s.PolicyVersions = append(s.PolicyVersions, 3)
 			s.Temperatures = append(s.Temperatures, 1)
 		}
+		before := len(all)
 		var err error
 		if all, err = projections.AppendSample(all, &s); err != nil {
 			t.Fatal(err)
 		}
-		want = append(want, n)
+		want, largest = append(want, n), max(largest, len(all)-before)
 	}
+	f, err := os.CreateTemp(t.TempDir(), "samples")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	bad := append(bytes.Clone(all), 0xff)
+	// Another batch before it, and the malformed copy after.
+	if _, err := f.Write(append(append(bytes.Repeat([]byte{7}, 33), all...), bad...)); err != nil {
+		t.Fatal(err)
+	}
+	r := &Run{Run: "r", samples: f}
 	defer func(n int) { sampleChunkBytes = n }(sampleChunkBytes)
 	sampleChunkBytes = 10_000 // about 400 tokens
-	chunks := chunkSamples(all)
-	if len(chunks) < 4 {
-		t.Fatalf("%d chunks of %d bytes, want several of at most %d", len(chunks), len(all), sampleChunkBytes)
-	}
 	var got []int
-	off := 0
-	for i, n := range chunks {
-		sr := projections.NewSampleReader(all[off : off+n])
+	chunks := 0
+	_, err = r.EachSampleChunk(&Batch{samplesAt: 33, samplesLen: len(all)}, nil, func(data []byte) error {
+		chunks++
+		sr := projections.NewSampleReader(data)
 		samples := 0
 		for sr.Next() {
 			got = append(got, sr.Sample().Len)
 			samples++
 		}
 		if err := sr.Err(); err != nil {
-			t.Fatalf("chunk %d (%d bytes) does not end on a sample: %v", i, n, err)
+			t.Fatalf("chunk %d (%d bytes) does not end on a sample: %v", chunks, len(data), err)
 		}
-		if n > sampleChunkBytes && samples > 1 {
-			t.Errorf("chunk %d holds %d samples in %d bytes, past the bound of %d", i, samples, n, sampleChunkBytes)
+		if len(data) > max(sampleChunkBytes, 2*largest) {
+			t.Errorf("chunk %d holds %d samples in %d bytes, past the window of %d and twice the largest sample (%d bytes)", chunks, samples, len(data), sampleChunkBytes, largest)
 		}
-		off += n
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if off != len(all) || fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("chunks read back %d bytes, samples of %v tokens; want %d, %v", off, got, len(all), want)
+	if chunks < 4 || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("%d chunks gave samples of %v tokens; want several, giving %v", chunks, got, want)
 	}
-	bad := append(bytes.Clone(all), 0xff)
-	if c := chunkSamples(bad); len(c) != 1 || c[0] != len(bad) {
-		t.Errorf("malformed samples cut into %v, want one chunk of %d bytes", c, len(bad))
+	got = nil
+	_, err = r.EachSampleChunk(&Batch{samplesAt: 33 + int64(len(all)), samplesLen: len(bad)}, nil, func(data []byte) error {
+		for sr := projections.NewSampleReader(data); sr.Next(); {
+			got = append(got, sr.Sample().Len)
+		}
+		return nil
+	})
+	if !errors.Is(err, projections.ErrMalformedSamples) || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("a malformed byte after the samples: error %v after samples of %v tokens; want ErrMalformedSamples after %v", err, got, want)
 	}
 }
 
