@@ -67,9 +67,8 @@ type Run struct {
 	attemptsMet    uint64 // the last ordinal given (Attempt.ord)
 	purposes       map[string]string
 	dropped        map[string]string
-	// spill holds, one after another, the turns' and tool calls' text, the
-	// batches' canonical samples when Options.Samples keeps them and the
-	// turns' token arrays when Options.Tokens does: on disk, so that a
+	// spill holds, one after another, the turns' and tool calls' text and
+	// the turns' token arrays when Options.Tokens keeps them: on disk, so that a
 	// run's text and tokens do not all sit in memory until the files that
 	// carry them are written. win is a window of it read ahead, for text
 	// read in the order it was written; spillErr the first read error.
@@ -473,8 +472,8 @@ type Options struct {
 	// Tokens keeps each turn's token ids and log-probs (the trajectory
 	// formats carry them; the tables carry the samples' instead).
 	Tokens bool
-	// ScratchDir is where the fold's state and the run's spill file
-	// (text, and the samples and tokens kept) are kept on disk; empty
+	// ScratchDir is where the fold's state, the run's spill file (text,
+	// and the tokens kept) and its samples file are kept on disk; empty
 	// means the system's temporary directory.
 	ScratchDir string
 	// Samples keeps each batch's samples, on disk until Run.Close (the

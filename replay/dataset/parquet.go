@@ -47,9 +47,12 @@ import (
 // Row groups: RowGroupRows rows for the narrow tables, SampleRowGroupRows
 // for samples, whose rows hold every token of a sample (thousands of ids,
 // log-probs and versions each), or fewer rows once a group holds
-// SampleRowGroupTokens tokens (64 MiB of columns, uncompressed): a reader
-// can skip and parallelize by group without a group per sample, and the
-// writer holds one group at a time, however long the run's attempts.
+// SampleRowGroupTokens tokens (about 25 MiB of columns, uncompressed): a
+// reader can skip and parallelize by group without a group per sample, and
+// the writer holds one group at a time, however long the run's attempts.
+// With 4 M tokens a group, the builders' doubling and the group written
+// beside the next put a token-bearing export near 1.1 GiB at its peak
+// (BENCHMARKS.md, "Exports in bounded memory").
 
 // DictionaryLimit is the dictionary page size limit of every column chunk.
 const DictionaryLimit = 16 << 20
@@ -58,7 +61,7 @@ const DictionaryLimit = 16 << 20
 const (
 	RowGroupRows         = 128 * 1024
 	SampleRowGroupRows   = 1024
-	SampleRowGroupTokens = 4 << 20
+	SampleRowGroupTokens = 1 << 20
 )
 
 // CreatedBy is the Parquet footer's created_by.
