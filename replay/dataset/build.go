@@ -102,7 +102,7 @@ type extent struct {
 // tokens are held at once.
 func (r *Run) samplesTo(seq uint64, write func(io.Writer) error) error {
 	at := r.samplesSize
-	cw := &countingWriter{w: r.samplesW}
+	cw := &countWriter{w: r.samplesW}
 	r.samplesW.Reset(io.NewOffsetWriter(r.samples, at))
 	if err := write(cw); err != nil {
 		return err
@@ -124,18 +124,6 @@ func (r *Run) takeExtent(seq uint64) (extent, bool) {
 	e, ok := r.extents[seq]
 	delete(r.extents, seq)
 	return e, ok
-}
-
-// countingWriter counts the bytes written through it.
-type countingWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
 }
 
 // spilled places a value in a run's spill file.

@@ -150,6 +150,7 @@ func writeTableFile(dir, rel, table string, runs []*Run) (File, error) {
 	return File{Path: rel, Table: table, Rows: rows, Bytes: cw.n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
 }
 
+// countWriter counts the bytes written through it.
 type countWriter struct {
 	w io.Writer
 	n int64
