@@ -25,10 +25,11 @@ type SpillOptions struct {
 	// is written to the database [32,768].
 	OverlayKeys int
 	// OverlayBytes is how many bytes of keys and values it holds before
-	// then, whatever their number [32 MiB]: a fold of token-bearing turns
+	// then, whatever their number [8 MiB]: a fold of token-bearing turns
 	// writes each turn's arrays (kilobytes) to its state, and 32,768 of
 	// them, with the write batch that copies them to Pebble, had held
-	// gigabytes.
+	// gigabytes. At 32 MiB a token-bearing export of a million facts
+	// peaked at 709 MiB, at 8 MiB at 481 (BENCHMARKS.md).
 	OverlayBytes int
 }
 
@@ -46,7 +47,7 @@ func (o SpillOptions) withDefaults() SpillOptions {
 		o.OverlayKeys = 32 << 10
 	}
 	if o.OverlayBytes <= 0 {
-		o.OverlayBytes = 32 << 20
+		o.OverlayBytes = 8 << 20
 	}
 	return o
 }
