@@ -117,7 +117,8 @@ func (r *Run) samplesTo(seq uint64, write func(io.Writer) error) error {
 	return nil
 }
 
-// takeExtent returns where batch seq's samples were written, once.
+// takeExtent returns where batch seq's samples were written, once; false
+// when Build keeps no samples.
 func (r *Run) takeExtent(seq uint64) (extent, bool) {
 	r.extentsMu.Lock()
 	defer r.extentsMu.Unlock()
@@ -239,19 +240,20 @@ func (r *Run) Close() error {
 }
 
 // sampleChunkBytes is how much of a batch's samples is read back at once
-// (Run.EachSampleChunk), or twice the largest sample when that is more; a
+// (Run.EachSample), or twice the largest sample when that is more; a
 // variable for the tests.
 var sampleChunkBytes = 8 << 20
 
-// EachSampleChunk reads batch b's canonical binary samples (docs/design.md
-// §7.4) back a chunk of whole samples at a time, in order, into buf (grown
-// as needed and returned), and calls fn with each; a chunk is valid until
-// fn returns. Nothing is read when Build did not keep samples. A batch of
-// a long run's samples is hundreds of megabytes, which reading it whole
-// had held at once. A chunk is what a window of the file holds of whole
-// samples; a window that holds none is doubled until it does, and samples
-// that do not read to the batch's end are the reader's error.
-func (r *Run) EachSampleChunk(b *Batch, buf []byte, fn func([]byte) error) ([]byte, error) {
+// EachSample reads batch b's canonical binary samples (docs/design.md
+// §7.4) back a window of the file at a time into buf (grown as needed and
+// returned), and calls fn with each whole sample the window holds, in
+// order, until fn returns false; a sample is valid until fn returns.
+// Nothing is read when Build did not keep samples. A batch of a long
+// run's samples is hundreds of megabytes, which reading it whole had held
+// at once. The next window starts after the last whole sample; a window
+// that holds none is doubled until it does, and samples that do not read
+// to the batch's end are the reader's error.
+func (r *Run) EachSample(b *Batch, buf []byte, fn func(*projections.SampleView) bool) ([]byte, error) {
 	if r.samples == nil || b.samplesLen == 0 {
 		return buf, nil
 	}
@@ -266,21 +268,18 @@ func (r *Run) EachSampleChunk(b *Batch, buf []byte, fn func([]byte) error) ([]by
 		buf = data[:0]
 		sr := projections.NewSampleReader(data)
 		for sr.Next() {
-		}
-		whole := sr.Offset()
-		if whole > 0 {
-			if err := fn(data[:whole]); err != nil {
-				return buf, err
+			if !fn(sr.Sample()) {
+				return buf, nil
 			}
 		}
 		if sr.Err() != nil && at+int64(n) == end {
 			return buf, sr.Err()
 		}
-		if whole == 0 {
+		if sr.Offset() == 0 {
 			window *= 2
 			continue
 		}
-		at += int64(whole)
+		at += int64(sr.Offset())
 		window = sampleChunkBytes
 	}
 	return buf, nil
@@ -409,7 +408,7 @@ type ToolCall struct {
 }
 
 // Batch is one batch.sealed decision and the gradient step that consumed
-// it; Run.EachSampleChunk reads its samples.
+// it; Run.EachSample reads its samples.
 type Batch struct {
 	Manifest projections.Manifest
 	// Fact is the position of the fact that sealed it.
@@ -525,7 +524,7 @@ func Build(ctx context.Context, src replay.Source, o Options) (*Run, error) {
 	var steps []*events.GradientApplied
 	collect := func(f replay.Fact, ds []projections.Decision) error {
 		r.Facts = f.Seq
-		if err := r.decisions(f, ds, batchOf, o.Samples); err != nil {
+		if err := r.decisions(f, ds, batchOf); err != nil {
 			return err
 		}
 		defer func() {
@@ -711,7 +710,7 @@ func foldInto(ctx context.Context, src replay.Source, o Options, samplesTo func(
 }
 
 // decisions keeps the batches the fold sealed at f.
-func (r *Run) decisions(f replay.Fact, ds []projections.Decision, batchOf map[int64]*Batch, keepSamples bool) error {
+func (r *Run) decisions(f replay.Fact, ds []projections.Decision, batchOf map[int64]*Batch) error {
 	for _, d := range ds {
 		if d.Kind == projections.KindTaskAdmitted || d.Kind == projections.KindTaskRejected {
 			if err := r.admission(d); err != nil {
@@ -730,10 +729,8 @@ func (r *Run) decisions(f replay.Fact, ds []projections.Decision, batchOf map[in
 		if err := json.Unmarshal(env.Data, &b.Manifest); err != nil {
 			return fmt.Errorf("dataset: manifest of batch %d of run %s: %w", d.Seq, r.Run, err)
 		}
-		if keepSamples {
-			if e, ok := r.takeExtent(b.Manifest.Seq); ok {
-				b.samplesAt, b.samplesLen = e.at, e.n
-			}
+		if e, ok := r.takeExtent(b.Manifest.Seq); ok {
+			b.samplesAt, b.samplesLen = e.at, e.n
 		}
 		if err := r.judge(&b.Manifest); err != nil {
 			return err

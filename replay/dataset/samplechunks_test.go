@@ -10,12 +10,12 @@ import (
 	"github.com/rolloutledger/rolloutledger/projections"
 )
 
-// A batch's samples are read back in chunks of whole samples, none past
-// the window or twice the largest sample, and in order they give back
-// every sample, whatever their sizes and wherever the batch sits in the
-// file; samples that do not read are the reader's error, after the whole
+// A batch's samples are read back by windows, none past the window or
+// twice the largest sample, and give back every sample in order, whatever
+// their sizes and wherever the batch sits in the file, until told to
+// stop; samples that do not read are the reader's error, after the whole
 // samples before them.
-func TestEachSampleChunk(t *testing.T) {
+func TestEachSample(t *testing.T) {
 	var all []byte
 	var want []int
 	largest := 0
@@ -49,35 +49,32 @@ func TestEachSampleChunk(t *testing.T) {
 	defer func(n int) { sampleChunkBytes = n }(sampleChunkBytes)
 	sampleChunkBytes = 10_000 // about 400 tokens
 	var got []int
-	chunks := 0
-	_, err = r.EachSampleChunk(&Batch{samplesAt: 33, samplesLen: len(all)}, nil, func(data []byte) error {
-		chunks++
-		sr := projections.NewSampleReader(data)
-		samples := 0
-		for sr.Next() {
-			got = append(got, sr.Sample().Len)
-			samples++
-		}
-		if err := sr.Err(); err != nil {
-			t.Fatalf("chunk %d (%d bytes) does not end on a sample: %v", chunks, len(data), err)
-		}
-		if len(data) > max(sampleChunkBytes, 2*largest) {
-			t.Errorf("chunk %d holds %d samples in %d bytes, past the window of %d and twice the largest sample (%d bytes)", chunks, samples, len(data), sampleChunkBytes, largest)
-		}
-		return nil
+	buf, err := r.EachSample(&Batch{samplesAt: 33, samplesLen: len(all)}, nil, func(v *projections.SampleView) bool {
+		got = append(got, v.Len)
+		return true
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if chunks < 4 || fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("%d chunks gave samples of %v tokens; want several, giving %v", chunks, got, want)
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("samples of %v tokens, want %v", got, want)
+	}
+	// Windows, not the batch whole: what was read at once is bounded.
+	if c := cap(buf); c >= len(all) || c > max(sampleChunkBytes, 2*largest) {
+		t.Errorf("a %d-byte buffer read the %d-byte batch, past the window of %d and twice the largest sample (%d bytes)", c, len(all), sampleChunkBytes, largest)
 	}
 	got = nil
-	_, err = r.EachSampleChunk(&Batch{samplesAt: 33 + int64(len(all)), samplesLen: len(bad)}, nil, func(data []byte) error {
-		for sr := projections.NewSampleReader(data); sr.Next(); {
-			got = append(got, sr.Sample().Len)
-		}
-		return nil
+	_, err = r.EachSample(&Batch{samplesAt: 33, samplesLen: len(all)}, nil, func(v *projections.SampleView) bool {
+		got = append(got, v.Len)
+		return len(got) < 3
+	})
+	if err != nil || fmt.Sprint(got) != fmt.Sprint(want[:3]) {
+		t.Errorf("stopped after the third sample: samples of %v tokens, error %v; want %v", got, err, want[:3])
+	}
+	got = nil
+	_, err = r.EachSample(&Batch{samplesAt: 33 + int64(len(all)), samplesLen: len(bad)}, nil, func(v *projections.SampleView) bool {
+		got = append(got, v.Len)
+		return true
 	})
 	if !errors.Is(err, projections.ErrMalformedSamples) || fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("a malformed byte after the samples: error %v after samples of %v tokens; want ErrMalformedSamples after %v", err, got, want)

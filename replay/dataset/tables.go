@@ -3,7 +3,6 @@ package dataset
 import (
 	"cmp"
 	"encoding/binary"
-	"errors"
 	"iter"
 	"math"
 	"slices"
@@ -160,25 +159,21 @@ func samplesOf(runs []*Run) iter.Seq2[*row[*sampleRow], error] {
 		var buf []byte
 		for _, run := range runs {
 			for _, b := range run.Batches {
-				// One chunk of a batch's samples in memory at a time: the
-				// rows read from buf are copied into the table's builders
-				// before the next chunk overwrites it.
+				// One window of a batch's samples in memory at a time:
+				// each row read from buf is copied into the table's
+				// builders before the next window overwrites it.
 				var i int64
-				stopped := errors.New("stopped")
+				stopped := false
 				var err error
-				buf, err = run.EachSampleChunk(b, buf, func(data []byte) error {
-					sr := projections.NewSampleReader(data)
-					for ; sr.Next(); i++ {
-						if !yield(&row[*sampleRow]{run: run, r: &sampleRow{batch: b.Manifest.Seq, index: i, v: sr.Sample()}}, nil) {
-							return stopped
-						}
-					}
-					return sr.Err()
+				buf, err = run.EachSample(b, buf, func(v *projections.SampleView) bool {
+					stopped = !yield(&row[*sampleRow]{run: run, r: &sampleRow{batch: b.Manifest.Seq, index: i, v: v}}, nil)
+					i++
+					return !stopped
 				})
 				if err != nil {
-					if !errors.Is(err, stopped) {
-						yield(nil, err)
-					}
+					yield(nil, err)
+				}
+				if err != nil || stopped {
 					return
 				}
 			}
