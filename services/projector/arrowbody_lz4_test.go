@@ -197,16 +197,17 @@ func TestCompressedArrowBodyPinned(t *testing.T) {
 func TestArrowBodyFinishedAfterCrash(t *testing.T) {
 	dir := t.TempDir()
 	all, _ := canonicalOf(t, runSamples(4, 2, 300, nil))
-	job := func(seq uint64) bodyJob {
-		d := fmt.Sprintf("sha256:%064x", seq)
-		return bodyJob{run: "r-1", seq: seq, samples: all,
-			manifest: []byte(fmt.Sprintf(`{"run":"r-1","seq":%d,"rule_version":4,"digest":"%s"}`, seq, d))}
-	}
 	p, err := Open(Options{Kafka: kafkalog.Config{Brokers: []string{"127.0.0.1:1"}}, Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
+	chunks := map[uint64]uint32{1: storeSamples(t, p, "r-1", 1, all), 2: storeSamples(t, p, "r-1", 2, all)}
+	job := func(seq uint64) bodyJob {
+		d := fmt.Sprintf("sha256:%064x", seq)
+		return bodyJob{run: "r-1", seq: seq, chunks: chunks[seq],
+			manifest: []byte(fmt.Sprintf(`{"run":"r-1","seq":%d,"rule_version":4,"digest":"%s"}`, seq, d))}
+	}
 	one := job(1)
 	meta, digest, _ := ArrowMetadata("r-1", 1, one.manifest)
 	plain, _ := p.arrowBodyPath("r-1", 1, digest, Uncompressed)

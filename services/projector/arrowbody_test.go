@@ -197,9 +197,10 @@ func TestStoredArrowBody(t *testing.T) {
 	all, _ := canonicalOf(t, bodySamples(true))
 	digest := "sha256:" + strings.Repeat("0123456789abcdef", 4)
 	manifest := []byte(`{"run":"r-1","seq":7,"rule_version":4,"digest":"` + digest + `"}`)
-	p.writeArrowBody("r-1", 7, manifest, all)
-	p.writeArrowBody("r-1", 7, manifest, all) // a window folded again
-	if err := p.Close(); err != nil {         // waits for the bodies
+	chunks := storeSamples(t, p, "r-1", 7, all)
+	p.writeArrowBody("r-1", 7, manifest, chunks)
+	p.writeArrowBody("r-1", 7, manifest, chunks) // a window folded again
+	if err := p.Close(); err != nil {            // waits for the bodies
 		t.Fatal(err)
 	}
 	p, err = Open(Options{Kafka: kafkalog.Config{Brokers: []string{"127.0.0.1:1"}}, Dir: dir})
@@ -253,9 +254,8 @@ func TestStoredArrowBody(t *testing.T) {
 func TestNoStateDirectoryNoBodies(t *testing.T) {
 	t.Chdir(t.TempDir())
 	p := &Projector{log: slog.New(slog.DiscardHandler)}
-	all, _ := canonicalOf(t, bodySamples(false))
 	digest := "sha256:" + strings.Repeat("ab", 32)
-	p.writeArrowBody("r-1", 1, []byte(`{"rule_version":3,"digest":"`+digest+`"}`), all)
+	p.writeArrowBody("r-1", 1, []byte(`{"rule_version":3,"digest":"`+digest+`"}`), 1)
 	p.closeArrowBodies()
 	if _, err := os.Stat("arrow"); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("a body directory in the working directory: %v", err)
@@ -280,7 +280,7 @@ func TestArrowBodiesWithinBudget(t *testing.T) {
 		t.Helper()
 		d := digestOf(seq)
 		manifest := []byte(fmt.Sprintf(`{"run":"r-1","seq":%d,"rule_version":4,"digest":"%s"}`, seq, d))
-		if err := p.storeArrowBody(bodyJob{run: "r-1", seq: seq, manifest: manifest, samples: all}); err != nil {
+		if err := p.storeArrowBody(bodyJob{run: "r-1", seq: seq, manifest: manifest, chunks: storeSamples(t, p, "r-1", seq, all)}); err != nil {
 			t.Fatal(err)
 		}
 	}

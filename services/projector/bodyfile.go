@@ -96,13 +96,14 @@ type bodyJob struct {
 	run      string
 	seq      uint64
 	manifest []byte
-	samples  []byte
+	chunks   uint32 // of the batch's samples, stored
 }
 
 // writeArrowBody queues the Arrow body of batch seq of run, sealed with
-// manifest (as served) over its canonical samples, to be written to its
-// file. The samples must not change afterwards.
-func (p *Projector) writeArrowBody(run string, seq uint64, manifest, samples []byte) {
+// manifest (as served) over its canonical samples, stored as chunks
+// chunks (chunkWriter), to be written to its file: the body is read from
+// the stored chunks, so a queued batch holds none of its tokens.
+func (p *Projector) writeArrowBody(run string, seq uint64, manifest []byte, chunks uint32) {
 	if p.o.Dir == "" || p.o.ArrowBodyBytes < 0 {
 		return // a projector without a state directory (a test's fold) keeps no files
 	}
@@ -125,7 +126,7 @@ func (p *Projector) writeArrowBody(run string, seq uint64, manifest, samples []b
 		}()
 	}
 	select {
-	case b.jobs <- bodyJob{run: run, seq: seq, manifest: manifest, samples: samples}:
+	case b.jobs <- bodyJob{run: run, seq: seq, manifest: manifest, chunks: chunks}:
 	default:
 		p.log.Debug("Arrow bodies queued past the bound; this batch's is rendered from its samples when fetched", "run", run, "batch", seq)
 	}
@@ -180,7 +181,7 @@ func (p *Projector) storeArrowBodyAs(j bodyJob, meta arrow.Metadata, path string
 	if _, err := os.Stat(path); err == nil {
 		return false, nil
 	}
-	src := func(fn func([]byte) error) error { return fn(j.samples) }
+	src := p.storedSamples(j.run, j.seq, j.chunks)
 	body, err := PlanCompressedArrowBody(meta, src, c)
 	if err != nil {
 		return false, err

@@ -2,7 +2,9 @@ package projector
 
 import (
 	"log/slog"
+	"os"
 	"runtime"
+	"strconv"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -79,4 +81,106 @@ func memNow() (heap, rss float64) {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return procstatus.MiB(ms.HeapInuse), procstatus.MiB(procstatus.RSS())
+}
+
+// BenchmarkMemoryTokenBatches folds a token-bearing run whose batches are
+// large, as a long-horizon run's are (64 groups a batch, turns of 2K
+// completion tokens with their ids and log-probs: several hundred MB of
+// samples a batch), window by window as the service does, Arrow bodies
+// included, and reports the process's peak resident memory and the
+// largest batch's samples. What a seal holds must not grow with its
+// batch's tokens (docs/design.md §12.3).
+//
+//	MEMORY_TOKEN_FACTS=240000 MEMORY_TOKEN_GROUPS=16 go test -run='^$' -bench=MemoryTokenBatches -benchtime=1x ./services/projector/
+//
+// MEMORY_TOKEN_FACTS sizes the run [120000]; MEMORY_TOKEN_GROUPS the
+// batches [64].
+func BenchmarkMemoryTokenBatches(b *testing.B) {
+	env := func(name string, def int) int {
+		s := os.Getenv(name)
+		if s == "" {
+			return def
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			b.Fatalf("%s: %q is not a positive number", name, s)
+		}
+		return n
+	}
+	facts, groups := env("MEMORY_TOKEN_FACTS", 120_000), env("MEMORY_TOKEN_GROUPS", 64)
+	o := simulate.Options{Seed: 42, Tasks: 200, Steps: max(1, groups*facts/3_000_000), BatchGroups: groups, MaxTurns: 200, Tokens: true}
+	for b.Loop() {
+		src, err := simulate.NewSource(o, "token-batches")
+		if err != nil {
+			b.Fatal(err)
+		}
+		dir := b.TempDir()
+		p, err := Open(Options{Kafka: kafkalog.Config{Brokers: []string{"127.0.0.1:1"}}, Dir: dir})
+		if err != nil {
+			b.Fatal(err)
+		}
+		folds := newRunFolds()
+		_, rss0 := memNow()
+		var n, sealed int
+		var largest int64
+		window := make([]kafkalog.Message, 0, 2000)
+		flush := func() {
+			batch := p.db.NewIndexedBatch()
+			ds, _, err := p.foldInto(batch, folds, window)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := batch.Commit(pebble.NoSync); err != nil {
+				b.Fatal(err)
+			}
+			batch.Close()
+			for _, d := range ds {
+				if d.Kind != projections.KindBatchSealed {
+					continue
+				}
+				sealed++
+				bytes, err := p.sampleBytes(d.Run, d.Seq)
+				if err != nil {
+					b.Fatal(err)
+				}
+				largest = max(largest, bytes)
+			}
+			window = window[:0]
+		}
+		for ev := range src.Events() {
+			v, err := events.Encode(ev)
+			if err != nil {
+				b.Fatal(err)
+			}
+			window = append(window, kafkalog.Message{Value: v, Offset: int64(n)})
+			n++
+			if len(window) == cap(window) {
+				flush()
+			}
+		}
+		flush()
+		if err := p.Close(); err != nil {
+			b.Fatal(err)
+		}
+		peak := procstatus.MiB(procstatus.PeakRSS())
+		b.Logf("%d facts, %d batches sealed, the largest %.0f MB of samples; peak RSS %.0f MiB (%.0f before the fold)", n, sealed, float64(largest)/1e6, peak, rss0)
+		b.ReportMetric(peak, "peak-MiB")
+		b.ReportMetric(float64(largest)/(1<<20), "largest-batch-samples-MiB")
+		b.ReportMetric(float64(n), "facts")
+	}
+}
+
+// sampleBytes is the size of a stored batch's canonical samples.
+func (p *Projector) sampleBytes(run string, seq uint64) (int64, error) {
+	prefix := batchKey(nsSamples, run, seq)
+	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: append(prefix[:len(prefix):len(prefix)], 0xff, 0xff, 0xff, 0xff, 0xff)})
+	if err != nil {
+		return 0, err
+	}
+	defer it.Close()
+	var n int64
+	for it.First(); it.Valid(); it.Next() {
+		n += int64(len(it.Value()))
+	}
+	return n, it.Error()
 }

@@ -572,7 +572,7 @@ func (p *Projector) foldPrepared(b *pebble.Batch, rf *runFolds, window []kafkalo
 		}
 		f := rf.folds[ev.Run]
 		if f == nil {
-			f = projections.NewFold(ev.Run)
+			f = projections.NewFoldWith(ev.Run, projections.FoldOptions{SamplesTo: rf.samplesTo(p.db, ev.Run)})
 			rf.folds[ev.Run] = f
 			if err := noteRun(ws, ev.Run, ev.At); err != nil {
 				return nil, nil, err
@@ -602,12 +602,11 @@ func (p *Projector) foldPrepared(b *pebble.Batch, rf *runFolds, window []kafkalo
 			if err := b.Set(decisionKey(d.Run, d.Kind, d.Seq), d.Value, nil); err != nil {
 				return nil, nil, err
 			}
-			if d.Samples != nil {
-				if err := storeSamples(b, d.Run, d.Seq, d.Samples); err != nil {
+			if d.Kind == projections.KindBatchSealed {
+				chunks, err := rf.takeSamples(p.db, b, d.Run, d.Seq)
+				if err != nil {
 					return nil, nil, fmt.Errorf("batch %d of %s: %w", d.Seq, d.Run, err)
 				}
-			}
-			if d.Kind == projections.KindBatchSealed {
 				// Stored as the API serves it, so that a GET copies bytes
 				// instead of decoding the decision.
 				m := d.Data
@@ -619,7 +618,7 @@ func (p *Projector) foldPrepared(b *pebble.Batch, rf *runFolds, window []kafkalo
 				if err := b.Set(manifestKey(d.Run, d.Seq), m, nil); err != nil {
 					return nil, nil, err
 				}
-				p.writeArrowBody(d.Run, d.Seq, m, d.Samples)
+				p.writeArrowBody(d.Run, d.Seq, m, chunks)
 			}
 			causes = append(causes, i)
 		}
@@ -746,43 +745,6 @@ func manifestKey(run string, seq uint64) []byte {
 	k := append([]byte{nsManifest}, run...)
 	k = append(k, 0)
 	return binary.BigEndian.AppendUint64(k, seq)
-}
-
-// SampleChunkBytes is the size a stored chunk of samples grows to before
-// the next sample starts a new one (a sample larger than that is a chunk of
-// its own). Chunks let the API stream a batch of millions of tokens a
-// chunk at a time, each small enough for Pebble's block cache.
-const SampleChunkBytes = 1 << 20
-
-func samplesKey(run string, seq uint64, chunk uint32) []byte {
-	return binary.BigEndian.AppendUint32(batchKey(nsSamples, run, seq), chunk)
-}
-
-// storeSamples writes a batch's canonical samples as chunks of whole
-// samples, numbered from 0; their concatenation is the canonical form.
-func storeSamples(b *pebble.Batch, run string, seq uint64, canonical []byte) error {
-	r := projections.NewSampleReader(canonical)
-	start, end, chunk := 0, 0, uint32(0)
-	put := func() error {
-		err := b.Set(samplesKey(run, seq, chunk), canonical[start:end], nil)
-		start, chunk = end, chunk+1
-		return err
-	}
-	for r.Next() {
-		if end-start >= SampleChunkBytes {
-			if err := put(); err != nil {
-				return err
-			}
-		}
-		end = r.Offset()
-	}
-	if err := r.Err(); err != nil {
-		return err
-	}
-	if end > start || chunk == 0 {
-		return put()
-	}
-	return nil
 }
 
 func legacySamplesKey(run string, seq uint64) []byte { return batchKey(nsLegacySamples, run, seq) }

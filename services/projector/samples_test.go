@@ -2,6 +2,7 @@ package projector
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -9,6 +10,27 @@ import (
 
 	"github.com/rolloutledger/rolloutledger/projections"
 )
+
+// storeSamples writes canonical samples as the fold does, through a
+// chunkWriter, in writes that cut samples anywhere (the fold writes a
+// sample's header and columns apart), and returns the chunks stored.
+func storeSamples(tb testing.TB, p *Projector, run string, seq uint64, canonical []byte) uint32 {
+	tb.Helper()
+	w := newChunkWriter(p.db, run, seq)
+	sizes := []int{1, 7, 4096, 3, 1 << 16, 250_000}
+	for i := 0; len(canonical) > 0; i++ {
+		n := min(sizes[i%len(sizes)], len(canonical))
+		if _, err := w.Write(canonical[:n]); err != nil {
+			tb.Fatal(err)
+		}
+		canonical = canonical[n:]
+	}
+	chunks, _, err := w.finish()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return chunks
+}
 
 // A batch's samples are stored in chunks of whole samples, about
 // SampleChunkBytes each, whose concatenation is the canonical form.
@@ -49,13 +71,9 @@ func TestSampleChunks(t *testing.T) {
 			for _, n := range tc.samples {
 				canonical = append(canonical, sample(n)...)
 			}
-			b := db.NewBatch()
 			seq := uint64(10 + i)
-			if err := storeSamples(b, "r", seq, canonical); err != nil {
-				t.Fatal(err)
-			}
-			if err := b.Commit(pebble.Sync); err != nil {
-				t.Fatal(err)
+			if n := storeSamples(t, p, "r", seq, canonical); n != uint32(tc.chunks) {
+				t.Errorf("the writer says %d chunks; want %d", n, tc.chunks)
 			}
 			var got []byte
 			chunks := 0
@@ -75,5 +93,62 @@ func TestSampleChunks(t *testing.T) {
 	}
 	if found, err := p.SampleChunks("r", 8, func([]byte) error { return nil }); found || err != nil {
 		t.Fatalf("a batch never stored: found %v, %v", found, err)
+	}
+}
+
+// A part folded again after a failure writes its batch's chunks again; if
+// that fold seals the batch with fewer chunks than the first (a projector
+// upgraded in between), the part's commit deletes the chunks past them, so
+// the batch reads as the samples its decision covers. Other batches'
+// chunks stay.
+func TestSampleChunksOfAnEarlierFold(t *testing.T) {
+	db, err := pebble.Open("", &pebble.Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	p := &Projector{db: db}
+	samples := func(n, tokens int) []byte {
+		var out []byte
+		for i := range n {
+			s := projections.Sample{Group: "g", Attempt: fmt.Sprintf("a-%d", i), TokenIDs: make([]int32, tokens), LossMask: make([]uint8, tokens),
+				RolloutLogprobs: make([]float32, tokens), PolicyVersions: make([]int64, tokens)}
+			var err error
+			if out, err = projections.AppendSample(out, &s); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return out
+	}
+	first, again, next := samples(3, SampleChunkBytes/17+1), samples(2, 10), samples(1, 5)
+	if n := storeSamples(t, p, "r", 5, first); n != 3 {
+		t.Fatalf("the first fold stored %d chunks; want 3", n)
+	}
+	storeSamples(t, p, "r", 6, next)
+	rf := newRunFolds()
+	rf.stored[storedKey{"r", 5}] = storeSamples(t, p, "r", 5, again)
+	b := db.NewBatch()
+	chunks, err := rf.takeSamples(db, b, "r", 5)
+	if err != nil || chunks != 1 {
+		t.Fatalf("takeSamples: %d chunks, %v; want 1", chunks, err)
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	read := func(seq uint64) []byte {
+		var got []byte
+		if _, err := p.SampleChunks("r", seq, func(c []byte) error { got = append(got, c...); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := read(5); !bytes.Equal(got, again) {
+		t.Errorf("batch 5 reads %d bytes; want the %d of the last fold", len(got), len(again))
+	}
+	if got := read(6); !bytes.Equal(got, next) {
+		t.Errorf("batch 6 reads %d bytes; want its %d", len(got), len(next))
+	}
+	if _, err := rf.takeSamples(db, db.NewBatch(), "r", 5); err == nil {
+		t.Error("a seal whose samples were not written (or were taken already) is not an error")
 	}
 }

@@ -74,10 +74,18 @@ func explorePrefix(run string) []byte {
 type runFolds struct {
 	folds   map[string]*projections.Fold
 	explore map[string]*explore.Writer
+	// stored are the chunks of the batches sealed by the fact being
+	// folded, written by samplesTo and taken by takeSamples.
+	stored map[storedKey]uint32
+}
+
+type storedKey struct {
+	run string
+	seq uint64
 }
 
 func newRunFolds() *runFolds {
-	return &runFolds{folds: map[string]*projections.Fold{}, explore: map[string]*explore.Writer{}}
+	return &runFolds{folds: map[string]*projections.Fold{}, explore: map[string]*explore.Writer{}, stored: map[storedKey]uint32{}}
 }
 
 // explorer returns the run's explorer writer and its store in the window,
