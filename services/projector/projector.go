@@ -143,8 +143,17 @@ func Open(o Options) (*Projector, error) {
 // for every fact. Without Bloom filters such a miss reads an index and a
 // data block of every overlapping table; with them it is settled in
 // memory. The block cache holds the hot state of the runs in flight.
+//
+// Memtables are 64 MiB, not Pebble's 4: Pebble stops writes while the
+// memtables queued for flushing hold twice that, and a seal writes its
+// samples (23 MB for a batch of 1.4 M tokens, hundreds of MB for a large
+// one) and a window of token-bearing turns its arrays (some 9 MB). With
+// 4 MiB the seal waited on flushes in the middle of its chunks: seal
+// latency p50 376-391 ms and p99 1.05-1.19 s, against 298-299 and
+// 0.47-0.59 s with 64 MiB (BENCHMARKS.md, "The projector's seal in
+// bounded memory").
 func pebbleOptions(log *slog.Logger, dir string) *pebble.Options {
-	o := &pebble.Options{Logger: pebbleLogger{l: log.With("component", "pebble", "dir", dir), dir: dir}, CacheSize: 64 << 20}
+	o := &pebble.Options{Logger: pebbleLogger{l: log.With("component", "pebble", "dir", dir), dir: dir}, CacheSize: 64 << 20, MemTableSize: 64 << 20}
 	o.Levels[0].FilterPolicy = bloom.FilterPolicy(10) // later levels inherit it
 	return o
 }
