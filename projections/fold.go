@@ -108,7 +108,9 @@ func (f *Fold) Repeat() bool { return f.repeat }
 // NewFold returns the fold of run.
 func NewFold(run string) *Fold { return &Fold{run: run, rules: RuleVersion} }
 
-// FoldOptions change what a fold concludes; the projector uses none.
+// FoldOptions change what a fold concludes, or where a sealed batch's
+// samples go; the projector uses SamplesTo alone, which changes no
+// decision.
 type FoldOptions struct {
 	// Config, when set, adjusts the run's effective configuration — the
 	// one run.started resolves to, or the defaults before or without it —
