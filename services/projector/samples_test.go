@@ -2,12 +2,16 @@ package projector
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
+	"github.com/rolloutledger/rolloutledger/events"
+	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/projections"
 )
 
@@ -16,7 +20,7 @@ import (
 // sample's header and columns apart), and returns the chunks stored.
 func storeSamples(tb testing.TB, p *Projector, run string, seq uint64, canonical []byte) uint32 {
 	tb.Helper()
-	w := newChunkWriter(p.db, run, seq)
+	w := newChunkWriter(p.db, run, seq, nil)
 	sizes := []int{1, 7, 4096, 3, 1 << 16, 250_000}
 	for i := 0; len(canonical) > 0; i++ {
 		n := min(sizes[i%len(sizes)], len(canonical))
@@ -150,5 +154,55 @@ func TestSampleChunksOfAnEarlierFold(t *testing.T) {
 	}
 	if _, err := rf.takeSamples(db, db.NewBatch(), "r", 5); err == nil {
 		t.Error("a seal whose samples were not written (or were taken already) is not an error")
+	}
+}
+
+// A seal whose samples would leave the state directory's filesystem with
+// less than MinFreeBytes free stops the fold with ErrDiskFull before any
+// chunk is written, as the part's commit is checked (Pebble aborts the
+// process on a write it cannot log); with the check off the same window
+// stores them.
+func TestSealSamplesOnAFullDisk(t *testing.T) {
+	plan, err := simulate.Generate(simulate.Options{Seed: 3, Tasks: 8, Steps: 1, BatchGroups: 2, MaxTurns: 10, Tokens: true}, "full-disk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var window []kafkalog.Message
+	for i, ev := range plan.All() {
+		v, err := events.Encode(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		window = append(window, kafkalog.Message{Value: v, Offset: int64(i)})
+	}
+	for _, full := range []bool{false, true} {
+		min := int64(-1)
+		if full {
+			min = 1 << 62
+		}
+		p, err := Open(Options{Kafka: kafkalog.Config{Brokers: []string{"127.0.0.1:1"}}, Dir: t.TempDir(), MinFreeBytes: min, ArrowBodyBytes: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := p.db.NewIndexedBatch()
+		ds, _, err := p.foldInto(b, newRunFolds(), window)
+		sealed := 0
+		for _, d := range ds {
+			if d.Kind == projections.KindBatchSealed {
+				sealed++
+			}
+		}
+		stored, serr := p.sampleBytes("full-disk", 1)
+		if serr != nil {
+			t.Fatal(serr)
+		}
+		switch {
+		case full && (!errors.Is(err, ErrDiskFull) || stored != 0):
+			t.Errorf("a full disk: %v, %d bytes of samples stored; want ErrDiskFull and none", err, stored)
+		case !full && (err != nil || sealed == 0 || stored == 0):
+			t.Errorf("with the check off: %v, %d batches sealed, %d bytes of samples; want a batch's samples stored", err, sealed, stored)
+		}
+		b.Close()
+		p.Close()
 	}
 }

@@ -44,10 +44,15 @@ type chunkWriter struct {
 	chunk uint32
 	bytes int64
 	err   error
+	// check, when set, is called before each chunk is committed: the
+	// projector's free-space check (Projector.checkSpace), as before the
+	// part's commit, since Pebble aborts the process on a write it cannot
+	// log.
+	check func() error
 }
 
-func newChunkWriter(db *pebble.DB, run string, seq uint64) *chunkWriter {
-	return &chunkWriter{db: db, run: run, seq: seq}
+func newChunkWriter(db *pebble.DB, run string, seq uint64, check func() error) *chunkWriter {
+	return &chunkWriter{db: db, run: run, seq: seq, check: check}
 }
 
 func (w *chunkWriter) Write(p []byte) (int, error) {
@@ -74,6 +79,11 @@ func (w *chunkWriter) Write(p []byte) (int, error) {
 
 // put stores buf's whole samples as the next chunk and keeps the rest.
 func (w *chunkWriter) put() error {
+	if w.check != nil {
+		if err := w.check(); err != nil {
+			return err
+		}
+	}
 	if w.batch == nil {
 		// One batch for the seal's chunks, its buffer kept between them
 		// (Pebble drops a buffer over 1 MiB at Reset by default: a
@@ -119,10 +129,10 @@ func (w *chunkWriter) finish() (chunks uint32, bytes int64, err error) {
 
 // samplesTo is the fold's projections.FoldOptions.SamplesTo for run: it
 // stores each batch the fold seals in chunks (chunkWriter) and notes their
-// number for takeSamples.
-func (rf *runFolds) samplesTo(db *pebble.DB, run string) func(uint64, func(io.Writer) error) error {
+// number for takeSamples; check is the chunkWriter's.
+func (rf *runFolds) samplesTo(db *pebble.DB, run string, check func() error) func(uint64, func(io.Writer) error) error {
 	return func(seq uint64, write func(io.Writer) error) error {
-		w := newChunkWriter(db, run, seq)
+		w := newChunkWriter(db, run, seq, check)
 		werr := write(w)
 		chunks, _, err := w.finish()
 		if err = errors.Join(werr, err); err != nil {
