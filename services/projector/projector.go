@@ -51,8 +51,8 @@ type Options struct {
 	Window int
 	// MinFreeBytes is the space the projector leaves free on the
 	// filesystem of Dir: with less free it stops with an error naming the
-	// directory instead of letting Pebble fail mid-commit. 0 means 64 MiB;
-	// negative disables the check.
+	// directory instead of letting Pebble fail mid-commit. 0 means
+	// [DefaultMinFreeBytes]; negative disables the check.
 	MinFreeBytes int64
 	// ArrowBodyBytes bounds the bytes of the sealed batches' Arrow bodies
 	// kept beside the state (bodyfile.go): past it the oldest are removed,
@@ -72,8 +72,9 @@ type Options struct {
 }
 
 // DefaultMinFreeBytes is the free space the projector keeps unless
-// configured: room for a memtable flush and a WAL rotation.
-const DefaultMinFreeBytes = 64 << 20
+// configured: room for the flushes of two 64 MiB memtables (pebbleOptions)
+// and the write-ahead log they were logged in.
+const DefaultMinFreeBytes = 256 << 20
 
 // Projector folds facts into decisions and serves what it concluded.
 type Projector struct {
