@@ -9,8 +9,6 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
-	"github.com/rolloutledger/rolloutledger/events"
-	"github.com/rolloutledger/rolloutledger/internal/kafkalog"
 	"github.com/rolloutledger/rolloutledger/projections"
 )
 
@@ -29,14 +27,7 @@ func TestManifestStoredAsServed(t *testing.T) {
 	}
 	defer db.Close()
 	p := &Projector{db: db, log: slog.New(slog.DiscardHandler), notify: newBroadcast(), progress: newBroadcast()}
-	var window []kafkalog.Message
-	for i, ev := range plan.All() {
-		v, err := events.Encode(ev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		window = append(window, kafkalog.Message{Value: v, Offset: int64(i)})
-	}
+	window := windowOf(t, plan.All())
 	b := db.NewBatch()
 	decided, _, err := p.foldInto(b, newRunFolds(), window)
 	if err != nil {

@@ -48,15 +48,7 @@ func BenchmarkMemoryVsRunLength(b *testing.B) {
 				}
 				window = append(window, kafkalog.Message{Value: v, Offset: int64(i)})
 			}
-			batch := db.NewIndexedBatch()
-			ds, _, err := p.foldInto(batch, folds, window)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := batch.Commit(pebble.NoSync); err != nil {
-				b.Fatal(err)
-			}
-			batch.Close()
+			ds := foldCommit(b, p, folds, window)
 			for _, d := range ds {
 				if d.Kind == projections.KindBatchSealed {
 					sealed++
@@ -72,6 +64,21 @@ func BenchmarkMemoryVsRunLength(b *testing.B) {
 		b.ReportMetric(float64(len(all)), "facts")
 		db.Close()
 	}
+}
+
+// foldCommit folds a window into one batch of p's database and commits it,
+// as the service does but for Kafka, and returns the decisions.
+func foldCommit(b *testing.B, p *Projector, folds *runFolds, window []kafkalog.Message) []projections.Decision {
+	batch := p.db.NewIndexedBatch()
+	defer batch.Close()
+	ds, _, err := p.foldInto(batch, folds, window)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := batch.Commit(pebble.NoSync); err != nil {
+		b.Fatal(err)
+	}
+	return ds
 }
 
 // memNow returns the Go heap in use after a collection, and the resident
@@ -125,16 +132,7 @@ func BenchmarkMemoryTokenBatches(b *testing.B) {
 		var largest int64
 		window := make([]kafkalog.Message, 0, 2000)
 		flush := func() {
-			batch := p.db.NewIndexedBatch()
-			ds, _, err := p.foldInto(batch, folds, window)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := batch.Commit(pebble.NoSync); err != nil {
-				b.Fatal(err)
-			}
-			batch.Close()
-			for _, d := range ds {
+			for _, d := range foldCommit(b, p, folds, window) {
 				if d.Kind != projections.KindBatchSealed {
 					continue
 				}

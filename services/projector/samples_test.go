@@ -167,14 +167,7 @@ func TestSealSamplesOnAFullDisk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var window []kafkalog.Message
-	for i, ev := range plan.All() {
-		v, err := events.Encode(ev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		window = append(window, kafkalog.Message{Value: v, Offset: int64(i)})
-	}
+	window := windowOf(t, plan.All())
 	for _, full := range []bool{false, true} {
 		min := int64(-1)
 		if full {
@@ -205,4 +198,18 @@ func TestSealSamplesOnAFullDisk(t *testing.T) {
 		b.Close()
 		p.Close()
 	}
+}
+
+// windowOf is evs encoded as a window of records at offsets from 0.
+func windowOf(tb testing.TB, evs []events.Event) []kafkalog.Message {
+	tb.Helper()
+	window := make([]kafkalog.Message, len(evs))
+	for i, ev := range evs {
+		v, err := events.Encode(ev)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		window[i] = kafkalog.Message{Value: v, Offset: int64(i)}
+	}
+	return window
 }
