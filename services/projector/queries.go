@@ -65,8 +65,19 @@ func manifestData(value []byte) (json.RawMessage, error) {
 // (projections/samples.go), whose concatenation the digest of rule version
 // 2 and later covers. A chunk is valid only during its call. found is
 // false when the batch has no such samples: not sealed, or sealed under
-// rule version 1 (LegacySamples).
+// rule version 1 (LegacySamples). A batch is sealed once its decision is
+// committed: its chunks are stored ahead of that (docs/design.md §12.3),
+// and while its part is folded they may be there, and be partial, for a
+// batch not sealed yet.
 func (p *Projector) SampleChunks(run string, seq uint64, fn func(chunk []byte) error) (found bool, err error) {
+	switch _, c, err := p.db.Get(decisionKey(run, projections.KindBatchSealed, seq)); {
+	case errors.Is(err, pebble.ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, err
+	default:
+		c.Close()
+	}
 	for i := uint32(0); ; i++ {
 		v, c, err := p.db.Get(samplesKey(run, seq, i))
 		if errors.Is(err, pebble.ErrNotFound) {

@@ -79,6 +79,12 @@ func TestSampleChunks(t *testing.T) {
 			if n := storeSamples(t, p, "r", seq, canonical); n != uint32(tc.chunks) {
 				t.Errorf("the writer says %d chunks; want %d", n, tc.chunks)
 			}
+			// Stored ahead of the part that seals the batch, the chunks
+			// are not the batch's samples until its decision is committed.
+			if found, err := p.SampleChunks("r", seq, func([]byte) error { return nil }); found || err != nil {
+				t.Fatalf("chunks of a batch whose seal is not committed: found %v, %v; want not found", found, err)
+			}
+			sealDecision(t, p, "r", seq)
 			var got []byte
 			chunks := 0
 			found, err := p.SampleChunks("r", seq, func(c []byte) error {
@@ -139,6 +145,8 @@ func TestSampleChunksOfAnEarlierFold(t *testing.T) {
 	if err := b.Commit(pebble.Sync); err != nil {
 		t.Fatal(err)
 	}
+	sealDecision(t, p, "r", 5)
+	sealDecision(t, p, "r", 6)
 	read := func(seq uint64) []byte {
 		var got []byte
 		if _, err := p.SampleChunks("r", seq, func(c []byte) error { got = append(got, c...); return nil }); err != nil {
@@ -212,4 +220,13 @@ func windowOf(tb testing.TB, evs []events.Event) []kafkalog.Message {
 		window[i] = kafkalog.Message{Value: v, Offset: int64(i)}
 	}
 	return window
+}
+
+// sealDecision commits a batch.sealed decision for batch seq of run, as
+// the part that seals it does.
+func sealDecision(tb testing.TB, p *Projector, run string, seq uint64) {
+	tb.Helper()
+	if err := p.db.Set(decisionKey(run, projections.KindBatchSealed, seq), []byte("{}"), pebble.Sync); err != nil {
+		tb.Fatal(err)
+	}
 }

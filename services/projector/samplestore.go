@@ -107,12 +107,7 @@ func (w *chunkWriter) put() error {
 // finish stores the last chunk (a batch without samples has one, empty)
 // and returns the number of chunks and of bytes.
 func (w *chunkWriter) finish() (chunks uint32, bytes int64, err error) {
-	defer func() {
-		if w.batch != nil {
-			w.batch.Close()
-			w.batch = nil
-		}
-	}()
+	defer w.close()
 	if w.err != nil {
 		return 0, 0, w.err
 	}
@@ -127,15 +122,26 @@ func (w *chunkWriter) finish() (chunks uint32, bytes int64, err error) {
 	return w.chunk, w.bytes, nil
 }
 
+// close releases the writer's batch; finish calls it.
+func (w *chunkWriter) close() {
+	if w.batch != nil {
+		w.batch.Close()
+		w.batch = nil
+	}
+}
+
 // samplesTo is the fold's projections.FoldOptions.SamplesTo for run: it
 // stores each batch the fold seals in chunks (chunkWriter) and notes their
 // number for takeSamples; check is the chunkWriter's.
 func (rf *runFolds) samplesTo(db *pebble.DB, run string, check func() error) func(uint64, func(io.Writer) error) error {
 	return func(seq uint64, write func(io.Writer) error) error {
 		w := newChunkWriter(db, run, seq, check)
-		werr := write(w)
+		if err := write(w); err != nil {
+			w.close() // a fold that failed stores no last chunk
+			return err
+		}
 		chunks, _, err := w.finish()
-		if err = errors.Join(werr, err); err != nil {
+		if err != nil {
 			return err
 		}
 		rf.stored[storedKey{run, seq}] = chunks
