@@ -46,7 +46,10 @@ func TestProjectorDiskFull(t *testing.T) {
 	if _, err := kafkalog.EnsureTopics(ctx, kc); err != nil {
 		t.Fatal(err)
 	}
-	disk := testenv.Tmpfs(t, 96<<20)
+	// Room for the 256 MiB the projector keeps free and its write-ahead
+	// logs, which Pebble preallocates at 1.1 times a memtable (70 MiB),
+	// one in use and one kept for reuse.
+	disk := testenv.Tmpfs(t, 512<<20)
 	spec := childSpec{Brokers: kc.Brokers, Prefix: kc.TopicPrefix, Only: []string{stack.ServiceProjector}, DataDir: disk}
 	var out testenv.LogBuffer
 	c := startChild(t, spec, &out)
