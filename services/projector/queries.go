@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -78,22 +79,8 @@ func (p *Projector) SampleChunks(run string, seq uint64, fn func(chunk []byte) e
 	default:
 		c.Close()
 	}
-	for i := uint32(0); ; i++ {
-		v, c, err := p.db.Get(samplesKey(run, seq, i))
-		if errors.Is(err, pebble.ErrNotFound) {
-			return i > 0, nil
-		}
-		if err != nil {
-			return i > 0, err
-		}
-		err = fn(v)
-		if cerr := c.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return true, err
-		}
-	}
+	read, err := p.eachChunk(run, seq, math.MaxUint32, fn)
+	return read > 0, err
 }
 
 // LegacySamples returns the NDJSON samples a projector of rule version 1

@@ -29,7 +29,7 @@ func storeSamples(tb testing.TB, p *Projector, run string, seq uint64, canonical
 		}
 		canonical = canonical[n:]
 	}
-	chunks, _, err := w.finish()
+	chunks, err := w.finish()
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -42,7 +42,6 @@ type chunkWriter struct {
 	buf   []byte
 	whole int // bytes of buf that are whole samples
 	chunk uint32
-	bytes int64
 	err   error
 	// check, when set, is called before each chunk is committed: the
 	// projector's free-space check (Projector.checkSpace), as before the
@@ -97,7 +96,6 @@ func (w *chunkWriter) put() error {
 	if err := w.batch.Commit(pebble.NoSync); err != nil {
 		return fmt.Errorf("projector: samples of batch %d of %s, chunk %d: %w", w.seq, w.run, w.chunk, err)
 	}
-	w.bytes += int64(w.whole)
 	w.chunk++
 	w.buf = w.buf[:copy(w.buf, w.buf[w.whole:])]
 	w.whole = 0
@@ -105,21 +103,21 @@ func (w *chunkWriter) put() error {
 }
 
 // finish stores the last chunk (a batch without samples has one, empty)
-// and returns the number of chunks and of bytes.
-func (w *chunkWriter) finish() (chunks uint32, bytes int64, err error) {
+// and returns the number of chunks.
+func (w *chunkWriter) finish() (uint32, error) {
 	defer w.close()
 	if w.err != nil {
-		return 0, 0, w.err
+		return 0, w.err
 	}
 	if w.whole != len(w.buf) {
-		return 0, 0, fmt.Errorf("projector: samples of batch %d of %s end in %d bytes that are not a whole sample", w.seq, w.run, len(w.buf)-w.whole)
+		return 0, fmt.Errorf("projector: samples of batch %d of %s end in %d bytes that are not a whole sample", w.seq, w.run, len(w.buf)-w.whole)
 	}
 	if w.whole > 0 || w.chunk == 0 {
 		if err := w.put(); err != nil {
-			return 0, 0, err
+			return 0, err
 		}
 	}
-	return w.chunk, w.bytes, nil
+	return w.chunk, nil
 }
 
 // close releases the writer's batch; finish calls it.
@@ -140,7 +138,7 @@ func (rf *runFolds) samplesTo(db *pebble.DB, run string, check func() error) fun
 			w.close() // a fold that failed stores no last chunk
 			return err
 		}
-		chunks, _, err := w.finish()
+		chunks, err := w.finish()
 		if err != nil {
 			return err
 		}
@@ -177,19 +175,33 @@ func (rf *runFolds) takeSamples(db *pebble.DB, b *pebble.Batch, run string, seq 
 // storedSamples reads the chunks of a batch's samples the fold stored.
 func (p *Projector) storedSamples(run string, seq uint64, chunks uint32) SampleSource {
 	return func(fn func([]byte) error) error {
-		for i := range chunks {
-			v, c, err := p.db.Get(samplesKey(run, seq, i))
-			if err != nil {
-				return fmt.Errorf("projector: samples of batch %d of %s, chunk %d: %w", seq, run, i, err)
-			}
-			err = fn(v)
-			if cerr := c.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return err
-			}
+		read, err := p.eachChunk(run, seq, chunks, fn)
+		if err == nil && read < chunks {
+			err = fmt.Errorf("projector: samples of batch %d of %s: %d chunks stored, %d found", seq, run, chunks, read)
 		}
-		return nil
+		return err
 	}
+}
+
+// eachChunk calls fn with the stored chunks of batch seq of run, in
+// order, up to limit of them or the first missing, and returns how many
+// it read. A chunk is valid only during its call.
+func (p *Projector) eachChunk(run string, seq uint64, limit uint32, fn func([]byte) error) (uint32, error) {
+	for i := uint32(0); i < limit; i++ {
+		v, c, err := p.db.Get(samplesKey(run, seq, i))
+		if errors.Is(err, pebble.ErrNotFound) {
+			return i, nil
+		}
+		if err != nil {
+			return i, fmt.Errorf("projector: samples of batch %d of %s, chunk %d: %w", seq, run, i, err)
+		}
+		err = fn(v)
+		if cerr := c.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return i + 1, err
+		}
+	}
+	return limit, nil
 }
