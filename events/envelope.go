@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -126,14 +127,15 @@ func isLowerUUID(s string) bool {
 	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
 		return false
 	}
-	for i := 0; i < len(s); i++ {
-		switch i {
-		case 8, 13, 18, 23:
-			continue
-		}
-		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
+	var all uint8 = classLowerHex
+	for i := range 8 {
+		all &= byteClass[s[i]] & byteClass[s[28+i]]
+	}
+	for _, i := range [...]int{9, 10, 11, 12, 14, 15, 16, 17, 19, 20, 21, 22, 24, 25, 26, 27} {
+		all &= byteClass[s[i]]
+	}
+	if all == 0 {
+		return false
 	}
 	switch s[19] {
 	case '8', '9', 'a', 'b':
@@ -148,12 +150,62 @@ func isLowerUUID(s string) bool {
 // that moves it out of those years would encode to a time RFC 3339 cannot
 // express.
 func parseTime(s string) (at time.Time, ok, inRange bool) {
+	if at, ok := parseUTC(s); ok {
+		return at, true, true
+	}
 	at, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil || !strictRFC3339(s) {
 		return at, false, false
 	}
 	y := at.UTC().Year()
 	return at, true, y >= 0 && y <= 9999
+}
+
+// parseUTC is parseTime of a time in the form the canonical encoding
+// writes, in UTC with a "Z", read field by field: ok when s is that form
+// and names a time that exists, which time.Parse then reads as the same
+// time. Anything else (an offset, a day the month lacks, a second of 60)
+// is left to time.Parse and its errors. Every record's at is read, and
+// time.Parse was a twentieth of decoding one.
+func parseUTC(s string) (time.Time, bool) {
+	if len(s) < 20 || s[len(s)-1] != 'Z' || !strictRFC3339(s) {
+		return time.Time{}, false
+	}
+	num := func(from, to int) int {
+		n := 0
+		for _, c := range []byte(s[from:to]) {
+			n = n*10 + int(c-'0')
+		}
+		return n
+	}
+	year, month, day := num(0, 4), num(5, 7), num(8, 10)
+	hour, minute, sec := num(11, 13), num(14, 16), num(17, 19)
+	if month < 1 || month > 12 || day < 1 || day > daysIn(month, year) || hour > 23 || minute > 59 || sec > 59 {
+		return time.Time{}, false
+	}
+	nsec := 0
+	if frac := s[19 : len(s)-1]; frac != "" { // "." and 1 to 9 digits
+		nsec = num(20, len(s)-1)
+		for range 10 - len(frac) {
+			nsec *= 10
+		}
+	}
+	return time.Date(year, time.Month(month), day, hour, minute, sec, nsec, time.UTC), true
+}
+
+// daysIn is the number of days of the month (1-12) in the proleptic
+// Gregorian year, as time.Parse counts them.
+func daysIn(month, year int) int {
+	switch month {
+	case 2:
+		if year%4 == 0 && (year%100 != 0 || year%400 == 0) {
+			return 29
+		}
+		return 28
+	case 4, 6, 9, 11:
+		return 30
+	}
+	return 31
 }
 
 // uuidPattern is the "uuid" format: the variant is the first hex digit of
@@ -390,14 +442,18 @@ func decodeValidJSON(record []byte, st *decodeState) (Event, *FieldError) {
 	return decodeData(env, at, st)
 }
 
+// envelopeSpec is the envelope's spec, looked up once.
+var envelopeSpec = sync.OnceValue(func() *spec { return specOf(reflect.TypeFor[envelope]()) })
+
 // decodeEnvelope decodes and checks the envelope of the valid JSON
 // record by the general path: any layout, any escapes.
 func decodeEnvelope(record []byte, st *decodeState) (env envelope, fe *FieldError) {
 	rv := reflect.ValueOf(&env).Elem()
-	if fe := decodeObject(record, rv, "", st.nested()); fe != nil {
+	es := envelopeSpec()
+	if fe := decodeObject(record, rv, es, "", st.nested()); fe != nil {
 		return env, fe
 	}
-	if fe := checkRules(rv, ""); fe != nil {
+	if fe := checkRules(rv, es, ""); fe != nil {
 		return env, fe
 	}
 	// The rules accepted the id: a UUID's 36 characters, whose canonical
@@ -420,16 +476,18 @@ func decodeData(env envelope, at time.Time, st *decodeState) (Event, *FieldError
 	if env.V < 1 || env.V > len(versions) {
 		return Event{}, fieldErr("v", ErrUnknownVersion, "%s has no schema version %d", env.Type, env.V)
 	}
-	wire := versions[env.V-1].newWire()
+	version := &versions[env.V-1]
+	wire := version.newWire()
 	dv := reflect.ValueOf(wire).Elem()
-	if fe := decodeObject(env.Data, dv, "data", st); fe != nil {
+	ds := version.spec()
+	if fe := decodeObject(env.Data, dv, ds, "data", st); fe != nil {
 		return Event{}, fe
 	}
-	if fe := checkRules(dv, "data"); fe != nil {
+	if fe := checkRules(dv, ds, "data"); fe != nil {
 		return Event{}, fe
 	}
-	dropEmptyOptional(dv)
-	ev.Data = upcast(env.Type, env.V, wire)
+	dropEmptyOptional(dv, ds)
+	ev.Data = upcast(versions, env.V, wire)
 	return ev, nil
 }
 

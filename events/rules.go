@@ -597,8 +597,7 @@ func formatValue(v reflect.Value) string {
 // innermost first and in field order, and returns the first failure. An
 // object whose rules report all of their failures gives one error naming
 // the first, its detail listing them all.
-func checkRules(rv reflect.Value, path string) *FieldError {
-	s := specOf(rv.Type())
+func checkRules(rv reflect.Value, s *spec, path string) *FieldError {
 	// Objects without rules, at any depth, have nothing to check here.
 	for _, i := range s.ruled {
 		fs := &s.fields[i]
@@ -606,18 +605,18 @@ func checkRules(rv reflect.Value, path string) *FieldError {
 		fpath := fs.path(path)
 		switch fv.Kind() {
 		case reflect.Struct:
-			if fe := checkRules(fv, fpath); fe != nil {
+			if fe := checkRules(fv, fs.elem, fpath); fe != nil {
 				return fe
 			}
 		case reflect.Pointer:
 			if !fv.IsNil() {
-				if fe := checkRules(fv.Elem(), fpath); fe != nil {
+				if fe := checkRules(fv.Elem(), fs.elem, fpath); fe != nil {
 					return fe
 				}
 			}
 		case reflect.Slice:
 			for j := 0; j < fv.Len(); j++ {
-				if fe := checkRules(fv.Index(j), indexPath(fpath, j)); fe != nil {
+				if fe := checkRules(fv.Index(j), fs.elem, indexPath(fpath, j)); fe != nil {
 					return fe
 				}
 			}

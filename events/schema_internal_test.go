@@ -182,7 +182,7 @@ func TestOptionalZeroIsAbsent(t *testing.T) {
 		{zeroIsAbsent{Cut: 3}, "cut 3 without text"},
 	} {
 		var got string
-		if fe := checkRules(reflect.ValueOf(&tc.v).Elem(), "data"); fe != nil {
+		if fe := checkRules(reflect.ValueOf(&tc.v).Elem(), specOf(reflect.TypeOf(tc.v)), "data"); fe != nil {
 			got = fe.Detail
 		}
 		if got != tc.want {

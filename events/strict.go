@@ -61,7 +61,24 @@ type fieldSpec struct {
 	// the field travels as base64 of those values, and the other tags
 	// bound each value.
 	format string
+	// shape is how decodeValue reads the field; elem, for a field holding
+	// objects, is their struct's spec. Both are worked out once here, not
+	// from the field's reflect.Type for every value.
+	shape fieldShape
+	elem  *spec
 }
+
+// fieldShape is what decodeValue does with a field's value.
+type fieldShape uint8
+
+const (
+	shapeScalar      fieldShape = iota // decodeScalar, else the general decoder
+	shapeRaw                           // json.RawMessage: the value's text
+	shapeStruct                        // an object, into the struct
+	shapePtrStruct                     // an object, into a new struct
+	shapeSliceStruct                   // an array of objects
+	shapeMap                           // an object of scalars
+)
 
 // specs holds every spec built, in a map that is replaced, never written
 // to, when a type is added: decoding looks up a spec a few times a fact,
@@ -137,6 +154,18 @@ func buildSpec(t reflect.Type) *spec {
 		if f.Type == rawMessageType {
 			fs.holdsObjects = true
 		}
+		switch et := f.Type; {
+		case et == rawMessageType:
+			fs.shape = shapeRaw
+		case et.Kind() == reflect.Struct:
+			fs.shape = shapeStruct
+		case et.Kind() == reflect.Pointer && et.Elem().Kind() == reflect.Struct:
+			fs.shape = shapePtrStruct
+		case et.Kind() == reflect.Slice && et.Elem().Kind() == reflect.Struct:
+			fs.shape = shapeSliceStruct
+		case et.Kind() == reflect.Map:
+			fs.shape = shapeMap
+		}
 		s.byName[name] = len(s.fields)
 		s.fields = append(s.fields, fs)
 	}
@@ -147,7 +176,9 @@ func buildSpec(t reflect.Type) *spec {
 		if et.Kind() != reflect.Struct {
 			et = et.Elem()
 		}
-		if inner := specOf(et); inner.rules != nil || len(inner.ruled) > 0 {
+		inner := specOf(et)
+		s.fields[i].elem = inner
+		if inner.rules != nil || len(inner.ruled) > 0 {
 			s.ruled = append(s.ruled, i)
 		}
 	}
@@ -241,17 +272,16 @@ type binaryText struct {
 	text  []byte
 }
 
-// decodeObject fills the struct rv from the JSON object raw, refusing
-// unknown, missing, null and mistyped fields, and checking the tag rules.
-// path prefixes field names in errors. st, when not nil, collects the
-// text of the object's own binary fields.
-func decodeObject(raw []byte, rv reflect.Value, path string, st *decodeState) *FieldError {
+// decodeObject fills the struct rv, whose spec is s, from the JSON object
+// raw, refusing unknown, missing, null and mistyped fields, and checking
+// the tag rules. path prefixes field names in errors. st, when not nil,
+// collects the text of the object's own binary fields.
+func decodeObject(raw []byte, rv reflect.Value, s *spec, path string, st *decodeState) *FieldError {
 	var buf [24]rawMember
 	obj, ok := scanObjectMembers(raw, buf[:0])
 	if !ok {
 		return fieldErr(path, ErrWrongType, "want an object, got %s", jsonKind(raw))
 	}
-	s := specOf(rv.Type())
 	// Each field's value, by its index in s.fields.
 	var valsBuf [24][]byte
 	var vals [][]byte
@@ -462,35 +492,35 @@ func decodeBinary(raw []byte, fv reflect.Value, fs *fieldSpec, path string, a *w
 }
 
 func decodeValue(raw []byte, fv reflect.Value, fs *fieldSpec, path string, st *decodeState) *FieldError {
-	t := fv.Type()
-	switch {
-	case t == rawMessageType:
+	switch fs.shape {
+	case shapeRaw:
 		fv.SetBytes(bytes.TrimSpace(raw))
 		return nil
-	case t.Kind() == reflect.Struct:
-		return decodeObject(raw, fv, path, st)
-	case t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct:
-		obj := reflect.New(t.Elem())
-		if fe := decodeObject(raw, obj.Elem(), path, st); fe != nil {
+	case shapeStruct:
+		return decodeObject(raw, fv, fs.elem, path, st)
+	case shapePtrStruct:
+		obj := reflect.New(fs.typ.Elem())
+		if fe := decodeObject(raw, obj.Elem(), fs.elem, path, st); fe != nil {
 			return fe
 		}
 		fv.Set(obj)
 		return nil
-	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct:
+	case shapeSliceStruct:
 		items, ok := scanArray(raw)
 		if !ok {
 			return fieldErr(path, ErrWrongType, "want an array of objects, got %s", jsonKind(raw))
 		}
-		out := reflect.MakeSlice(t, len(items), len(items))
+		out := reflect.MakeSlice(fs.typ, len(items), len(items))
 		for i, item := range items {
-			if fe := decodeObject(item, out.Index(i), indexPath(path, i), st); fe != nil {
+			if fe := decodeObject(item, out.Index(i), fs.elem, indexPath(path, i), st); fe != nil {
 				return fe
 			}
 		}
 		fv.Set(out)
 		return nil
 	}
-	if t.Kind() == reflect.Map {
+	t := fs.typ
+	if fs.shape == shapeMap {
 		if k, ok := duplicateKey(raw); ok {
 			return fieldErr(path+"."+k, ErrDuplicateField, "key %q is given more than once", clip(k))
 		}
@@ -640,6 +670,12 @@ func duplicateKey(raw []byte) (string, bool) {
 }
 
 func isNull(raw []byte) bool {
+	if len(raw) < 4 {
+		return false
+	}
+	if len(raw) == 4 { // a value as the scanners cut it, without white space
+		return string(raw) == "null"
+	}
 	return bytes.Equal(bytes.TrimSpace(raw), []byte("null"))
 }
 
@@ -647,21 +683,20 @@ func isNull(raw []byte) bool {
 // were given empty to nil. The canonical form omits them, so an event decodes
 // to the same value as its canonical encoding does. It runs after the
 // cross-field checks, which still see what the producer sent.
-func dropEmptyOptional(rv reflect.Value) {
-	s := specOf(rv.Type())
+func dropEmptyOptional(rv reflect.Value, s *spec) {
 	for _, i := range s.emptyable {
 		fs := &s.fields[i]
 		fv := rv.Field(fs.index)
 		switch fv.Kind() {
 		case reflect.Slice, reflect.Map:
-			if fs.optional && fv.Len() == 0 && fv.Type() != rawMessageType {
+			if fs.optional && fv.Len() == 0 && fs.shape != shapeRaw {
 				fv.SetZero()
 			}
 		case reflect.Struct:
-			dropEmptyOptional(fv)
+			dropEmptyOptional(fv, fs.elem)
 		case reflect.Pointer:
-			if !fv.IsNil() && fv.Elem().Kind() == reflect.Struct {
-				dropEmptyOptional(fv.Elem())
+			if !fv.IsNil() && fs.shape == shapePtrStruct {
+				dropEmptyOptional(fv.Elem(), fs.elem)
 			}
 		}
 	}
@@ -787,7 +822,7 @@ func ValidEntityID(s string) bool {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; !isWordByte(c) && c != ':' && c != '/' {
+		if byteClass[s[i]]&classEntity == 0 {
 			return false
 		}
 	}
@@ -817,16 +852,37 @@ func ValidRunID(s string) bool {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
-		if !isWordByte(s[i]) {
+		if byteClass[s[i]]&classWord == 0 {
 			return false
 		}
 	}
 	return true
 }
 
-func isWordByte(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
-}
+// The classes of bytes the ids' checks look up: one load and a test a
+// byte, where the comparisons were several branches (the envelope's id,
+// run and source are checked in every record read).
+const (
+	classWord     = 1 << iota // [A-Za-z0-9._-]: a run id's characters
+	classEntity               // classWord, ':' and '/': an entity id's
+	classLowerHex             // [0-9a-f]: a canonical UUID's digits
+)
+
+var byteClass = func() (t [256]uint8) {
+	for c := range 256 {
+		b := byte(c)
+		if b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '.' || b == '_' || b == '-' {
+			t[c] |= classWord | classEntity
+		}
+		if b == ':' || b == '/' {
+			t[c] |= classEntity
+		}
+		if b >= '0' && b <= '9' || b >= 'a' && b <= 'f' {
+			t[c] |= classLowerHex
+		}
+	}
+	return t
+}()
 
 // path is the field's path in errors below the object at path.
 func (fs *fieldSpec) path(path string) string {

@@ -3,6 +3,7 @@ package events
 import (
 	"fmt"
 	"reflect"
+	"sync"
 )
 
 // Versions (docs/design.md §18.4). A fact type's schema versions are a
@@ -20,11 +21,18 @@ import (
 // version 2 moves here under its own name, with up and down to the new
 // newest struct.
 type schemaVersion struct {
-	// newWire returns a new value of the version's wire struct, a pointer.
+	// newWire returns a new value of the version's wire struct, a pointer;
+	// spec is that struct's, looked up once (every fact decoded needs it).
 	newWire func() any
+	spec    func() *spec
 	// up and down step to and from the next version; nil for the newest.
 	up   func(any) any
 	down func(any) (any, *FieldError)
+}
+
+// specFor is the spec of T, built at its first use.
+func specFor[T any]() func() *spec {
+	return sync.OnceValue(func() *spec { return specOf(reflect.TypeFor[T]()) })
 }
 
 // newest is the version whose wire struct is the type's struct.
@@ -32,13 +40,14 @@ func newest[T any, PT interface {
 	*T
 	Fact
 }]() schemaVersion {
-	return schemaVersion{newWire: func() any { return PT(new(T)) }}
+	return schemaVersion{newWire: func() any { return PT(new(T)) }, spec: specFor[T]()}
 }
 
 // older is a version with the steps to and from the next one.
 func older[Old, Next any](up func(*Old) *Next, down func(*Next) (*Old, *FieldError)) schemaVersion {
 	return schemaVersion{
 		newWire: func() any { return new(Old) },
+		spec:    specFor[Old](),
 		up:      func(x any) any { return up(x.(*Old)) },
 		down:    func(x any) (any, *FieldError) { return down(x.(*Next)) },
 	}
@@ -69,10 +78,9 @@ func wireType(t Type, v int) reflect.Type {
 	return reflect.TypeOf(catalogue[t][v-1].newWire()).Elem()
 }
 
-// upcast converts the decoded wire value w of version v of t to t's
-// struct.
-func upcast(t Type, v int, w any) Fact {
-	versions := catalogue[t]
+// upcast converts the decoded wire value w of version v, of the type
+// whose versions are given, to the type's struct.
+func upcast(versions []schemaVersion, v int, w any) Fact {
 	for i := v - 1; i < len(versions)-1; i++ {
 		w = versions[i].up(w)
 	}
