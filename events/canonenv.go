@@ -24,17 +24,20 @@ import (
 var envelopeLayout = [...]string{`{"id":"`, `","run":"`, `","type":"`, `","v":`, `,"at":"`, `","source":"`, `","data":`}
 
 // canonicalEnvelope reads record's envelope as the general path would, when
-// record has the canonical layout. With validData it also proves the data
-// valid JSON (the record's own validation has not run); the text around the
-// data is then valid JSON by its layout, and the record nests no deeper
-// than [MaxDepth], so that checkDepth would pass it.
-func canonicalEnvelope(record []byte, st *decodeState, validData bool) (env envelope, at time.Time, ok bool) {
+// record has the canonical layout. With validData the record's own
+// validation has not run, and the data must be proved valid JSON nesting
+// no deeper than [MaxDepth] (the text around it is valid JSON by its
+// layout, so that the record is, and checkDepth would pass it): data that
+// is not an object is proved here; an object is left to the decoding of
+// the data, which validates it as it cuts its members, and unchecked says
+// so (see decodeFast).
+func canonicalEnvelope(record []byte, st *decodeState, validData bool) (env envelope, at time.Time, ok, unchecked bool) {
 	// The values' spans in record: id, run, type, v, at, source.
 	var span [6][2]int
 	i := 0
 	for f, lit := range envelopeLayout[:6] {
 		if !hasPrefixAt(record, i, lit) {
-			return env, at, false
+			return env, at, false, false
 		}
 		i += len(lit)
 		start := i
@@ -43,22 +46,22 @@ func canonicalEnvelope(record []byte, st *decodeState, validData bool) (env enve
 				i++
 			}
 			if n := i - start; n == 0 || n > 4 || record[start] == '0' {
-				return env, at, false
+				return env, at, false, false
 			}
 		} else {
 			j := bytes.IndexByte(record[i:], '"')
 			if j < 0 {
-				return env, at, false
+				return env, at, false, false
 			}
 			i += j
 			if !plainText(record[start:i]) {
-				return env, at, false
+				return env, at, false, false
 			}
 		}
 		span[f] = [2]int{start, i}
 	}
 	if !hasPrefixAt(record, i, envelopeLayout[6]) || record[len(record)-1] != '}' {
-		return env, at, false
+		return env, at, false, false
 	}
 	// The general path trims the data's white space too: JSON's four
 	// characters of it, not every byte bytes.TrimSpace takes (a form feed
@@ -70,16 +73,19 @@ func canonicalEnvelope(record []byte, st *decodeState, validData bool) (env enve
 	}
 	data = data[start:end]
 	if len(data) == 0 || isNull(data) {
-		return env, at, false // the general path refuses a null at the envelope
+		return env, at, false, false // the general path refuses a null at the envelope
 	}
-	if validData {
+	switch {
+	case validData && data[0] == '{':
+		unchecked = true
+	case validData:
 		// The envelope is the one object around the data.
 		if !validJSON(data, 1) {
-			return env, at, false
+			return env, at, false, false
 		}
-	} else if skipValue(data, 0) != len(data) {
+	case skipValue(data, 0) != len(data):
 		// Valid JSON, but the data is not the last member.
-		return env, at, false
+		return env, at, false, false
 	}
 	// One string for the envelope's text, its fields slices of it: one
 	// allocation rather than one a field.
@@ -99,13 +105,13 @@ func canonicalEnvelope(record []byte, st *decodeState, validData bool) (env enve
 	// An id with upper case takes the general path, which lowers it.
 	if !isLowerUUID(id) || !ValidRunID(run) || typ == "" || len(typ) > MaxTextBytes || !ValidEntityID(source) ||
 		st != nil && st.ingest && hasDotSegment(source) {
-		return env, at, false
+		return env, at, false, false
 	}
 	at, ok, inRange := parseTime(atText)
 	if !ok || !inRange {
-		return env, at, false
+		return env, at, false, false
 	}
-	return envelope{ID: id, Run: run, Type: Type(typ), V: v, At: atText, Source: source, Data: data}, at, true
+	return envelope{ID: id, Run: run, Type: Type(typ), V: v, At: atText, Source: source, Data: data}, at, true, unchecked
 }
 
 func hasPrefixAt(b []byte, i int, lit string) bool {

@@ -397,11 +397,19 @@ func decodeFast(record []byte, st *decodeState) (Event, *FieldError, bool) {
 	if len(record) > 2*MaxRecordBytes || !utf8.Valid(record) {
 		return Event{}, nil, false
 	}
-	env, at, ok := canonicalEnvelope(record, st, true)
+	env, at, ok, unchecked := canonicalEnvelope(record, st, true)
 	if !ok {
 		return Event{}, nil, false
 	}
-	ev, fe := decodeData(env, at, st)
+	ev, fe := decodeData(env, at, st, unchecked)
+	if fe != nil && unchecked && !validJSON(env.Data, 1) {
+		// Data that is not JSON, or nests too deep: the general path
+		// refuses the record as malformed. Any other refusal stands only
+		// for data that is JSON, as it would on the general path. (A
+		// fact decoded whole was validated whole: its object's members
+		// were cut by validMembers.)
+		return Event{}, nil, false
+	}
 	return ev, fe, true
 }
 
@@ -430,7 +438,7 @@ func decodeValidJSON(record []byte, st *decodeState) (Event, *FieldError) {
 	if !utf8.Valid(record) {
 		return Event{}, &FieldError{Err: ErrMalformed, Detail: fmt.Sprintf("invalid UTF-8 at byte %d", invalidUTF8At(record))}
 	}
-	env, at, ok := canonicalEnvelope(record, st, false)
+	env, at, ok, _ := canonicalEnvelope(record, st, false)
 	if !ok {
 		var fe *FieldError
 		if env, fe = decodeEnvelope(record, st); fe != nil {
@@ -439,7 +447,7 @@ func decodeValidJSON(record []byte, st *decodeState) (Event, *FieldError) {
 		// The rules accepted it: it parses.
 		at, _ = time.Parse(time.RFC3339Nano, env.At)
 	}
-	return decodeData(env, at, st)
+	return decodeData(env, at, st, false)
 }
 
 // envelopeSpec is the envelope's spec, looked up once.
@@ -465,8 +473,9 @@ func decodeEnvelope(record []byte, st *decodeState) (env envelope, fe *FieldErro
 
 // decodeData is the rest of decodeValidJSON once the envelope has
 // decoded and passed its rules, at being its time: the type and version,
-// and the data.
-func decodeData(env envelope, at time.Time, st *decodeState) (Event, *FieldError) {
+// and the data. unchecked is canonicalEnvelope's: the data, an object, is
+// validated as its members are cut.
+func decodeData(env envelope, at time.Time, st *decodeState, unchecked bool) (Event, *FieldError) {
 	ev := Event{ID: env.ID, Run: env.Run, Type: env.Type, V: env.V, Source: env.Source}
 	ev.At = at.UTC()
 	versions, ok := catalogue[env.Type]
@@ -480,7 +489,7 @@ func decodeData(env envelope, at time.Time, st *decodeState) (Event, *FieldError
 	wire := version.newWire()
 	dv := reflect.ValueOf(wire).Elem()
 	ds := version.spec()
-	if fe := decodeObject(env.Data, dv, ds, "data", st); fe != nil {
+	if fe := decodeObjectOf(env.Data, dv, ds, "data", st, unchecked); fe != nil {
 		return Event{}, fe
 	}
 	if fe := checkRules(dv, ds, "data"); fe != nil {

@@ -57,5 +57,5 @@ func decodeGeneral(record []byte, st *decodeState) (Event, *FieldError) {
 		return Event{}, fe
 	}
 	at, _ := time.Parse(time.RFC3339Nano, env.At)
-	return decodeData(env, at, st)
+	return decodeData(env, at, st, false)
 }

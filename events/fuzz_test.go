@@ -392,6 +392,13 @@ func envelopeSeeds() [][]byte {
 		{"source", q("vm/./x")}, {"source", q("../engine")}, {"source", q("engine 1")}, {"source", q("")}, {"source", q(strings.Repeat("e", 201))},
 		{"source", `"engine-\u00e9"`}, {"source", q("engine-é")}, {"source", "1"}, {"source", "null"},
 		{"data", "null"}, {"data", "[]"}, {"data", `"x"`}, {"data", "{}"},
+		// Data the fast path validates as it cuts its members: a refusal
+		// found before the bytes that are not JSON must not stand.
+		{"data", `{"zzz":1,"attempt":}`}, {"data", `{"zzz":1,"attempt":"a"`}, {"data", `{"zzz":1,"attempt":"a"}}`},
+		{"data", `{"attempt":"a","reason":"x","zzz":01}`}, {"data", `{"attempt":"a","reason":"x\q"}`}, {"data", `{"zzz":1,"a":tru}`},
+		{"data", `{"zzz":[` + strings.Repeat("[", events.MaxDepth) + strings.Repeat("]", events.MaxDepth) + `]}`},
+		{"data", `{"zzz":[` + strings.Repeat("[", events.MaxDepth-4) + strings.Repeat("]", events.MaxDepth-4) + `]}`},
+		{"data", `{"zzz":1,"attempt":"a"} `}, {"data", `{"zzz":1}x`}, {"data", `{"attempt":"a","error":"x"}`},
 	} {
 		seeds = append(seeds, env(c.field, c.value))
 	}

@@ -277,8 +277,21 @@ type binaryText struct {
 // the tag rules. path prefixes field names in errors. st, when not nil,
 // collects the text of the object's own binary fields.
 func decodeObject(raw []byte, rv reflect.Value, s *spec, path string, st *decodeState) *FieldError {
+	return decodeObjectOf(raw, rv, s, path, st, false)
+}
+
+// decodeObjectOf is decodeObject; with validate, raw is not known to be
+// valid JSON, and its members are cut by validMembers, which refuses it
+// (as not an object) unless it is.
+func decodeObjectOf(raw []byte, rv reflect.Value, s *spec, path string, st *decodeState, validate bool) *FieldError {
 	var buf [24]rawMember
-	obj, ok := scanObjectMembers(raw, buf[:0])
+	var obj []rawMember
+	var ok bool
+	if validate {
+		obj, ok = validMembers(raw, 1, buf[:0])
+	} else {
+		obj, ok = scanObjectMembers(raw, buf[:0])
+	}
 	if !ok {
 		return fieldErr(path, ErrWrongType, "want an object, got %s", jsonKind(raw))
 	}
