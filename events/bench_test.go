@@ -115,6 +115,43 @@ func BenchmarkDecodeBatch(b *testing.B) {
 	b.ReportMetric(float64(i*64)/b.Elapsed().Seconds(), "facts/s")
 }
 
+// BenchmarkCanonicalBatch is ingest's reading of a request body: 64
+// events in an array, decoded, checked and encoded canonically, with the
+// memory kept from one body to the next as ingest keeps it.
+//
+//	go test -run='^$' -bench=CanonicalBatch -benchmem ./events/
+func BenchmarkCanonicalBatch(b *testing.B) {
+	for _, name := range []string{"no-tokens", "tokens"} {
+		b.Run(name, func(b *testing.B) {
+			recs := benchFacts(b)[name]
+			var bodies [][]byte
+			var bytes int64
+			for lo := 0; lo+64 <= len(recs); lo += 64 {
+				body := []byte("[")
+				for i, r := range recs[lo : lo+64] {
+					if i > 0 {
+						body = append(body, ',')
+					}
+					body = append(body, r...)
+				}
+				bodies = append(bodies, append(body, ']'))
+				bytes += int64(len(body) + 1)
+			}
+			b.SetBytes(bytes / int64(len(bodies)))
+			b.ReportAllocs()
+			var c events.Canonicalizer
+			i := 0
+			for b.Loop() {
+				if _, _, err := c.Batch(bodies[i%len(bodies)]); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+			b.ReportMetric(float64(i*64)/b.Elapsed().Seconds(), "facts/s")
+		})
+	}
+}
+
 // tokenTurn is the record, at version v, of a turn with 2,048 completion
 // tokens and 512 observation tokens: ids drawn from a 151,936-token
 // vocabulary, log-probs from an exponential tail, as a model samples them.

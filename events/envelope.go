@@ -318,6 +318,11 @@ func (c *Canonicalizer) Batch(body []byte) ([]Event, [][]byte, error) {
 // decodeBatch is DecodeBatch; with keep, it also returns each event's
 // decodeState.
 func decodeBatch(body []byte, keep bool, arena *wordArena) ([]Event, []decodeState, error) {
+	return decodeBatchWith(body, keep, arena, true)
+}
+
+// decodeBatchWith is decodeBatch; fast tries decodeBatchFast first.
+func decodeBatchWith(body []byte, keep bool, arena *wordArena, fast bool) ([]Event, []decodeState, error) {
 	var states []decodeState
 	body = bytes.TrimSpace(body)
 	if len(body) == 0 {
@@ -336,6 +341,11 @@ func decodeBatch(body []byte, keep bool, arena *wordArena) ([]Event, []decodeSta
 			return nil, nil, fe
 		}
 		return []Event{ev}, []decodeState{st}, nil
+	}
+	if fast {
+		if evs, states, ok := decodeBatchFast(body, keep, arena); ok {
+			return evs, states, nil
+		}
 	}
 	// One validation of the whole body; the events then need no second.
 	if !json.Valid(body) {
@@ -363,6 +373,57 @@ func decodeBatch(body []byte, keep bool, arena *wordArena) ([]Event, []decodeSta
 		}
 	}
 	return out, states, nil
+}
+
+// decodeBatchFast is decodeBatch of an array body, whose nesting
+// checkDepth passed, when every event in it takes the fast path and is
+// accepted: the events are validated once, as decodeFast reads them,
+// rather than by a validation of the whole body and then again as each
+// is cut and read. It reports false for anything else (an event the fast
+// path leaves, any refusal, text between the events that is not a comma
+// or white space), and decodeBatch then reads the body from the start as
+// before, for the verdict and the error it gives: so a refusal found here
+// never stands for a body that another event, or the array, makes
+// malformed.
+//
+// The events are cut by skipValue, which trusts its input to be JSON. On
+// a body that is not, it may cut them wrongly; but each piece is then
+// validated whole by decodeFast, and the text between the pieces here,
+// so that a body all of whose pieces pass is a JSON array, and cut where
+// scanArray cuts it.
+func decodeBatchFast(body []byte, keep bool, arena *wordArena) ([]Event, []decodeState, bool) {
+	i := skipSpace(body, 1)
+	if i < len(body) && body[i] == ']' {
+		return nil, nil, false // the empty array's refusal is decodeBatch's
+	}
+	var out []Event
+	var states []decodeState
+	for {
+		if i >= len(body) {
+			return nil, nil, false
+		}
+		end := skipValue(body, i)
+		if end <= i {
+			return nil, nil, false
+		}
+		st := decodeState{ingest: true, arena: arena}
+		ev, fe, ok := decodeFast(body[i:end], &st)
+		if !ok || fe != nil {
+			return nil, nil, false
+		}
+		out = append(out, ev)
+		if keep {
+			states = append(states, st)
+		}
+		if i = skipSpace(body, end); i < len(body) && body[i] == ',' {
+			i = skipSpace(body, i+1)
+			continue
+		}
+		if i == len(body)-1 && body[i] == ']' {
+			return out, states, true
+		}
+		return nil, nil, false
+	}
 }
 
 // decodeRecord is checkDepth, then decodeOne: one record read whole, with

@@ -25,6 +25,13 @@ func DecodeGeneral(record []byte, ingest bool) (Event, error) {
 	return ev, nil
 }
 
+// DecodeBatchGeneral is DecodeBatch without its fast path for arrays:
+// the body validated whole, then each event read.
+func DecodeBatchGeneral(body []byte) ([]Event, error) {
+	evs, _, err := decodeBatchWith(body, false, nil, false)
+	return evs, err
+}
+
 // DecodeAs is Decode, or with ingest the decode of one event of a request
 // body, each by the path the ledger takes.
 func DecodeAs(record []byte, ingest bool) (Event, error) {

@@ -353,6 +353,37 @@ func FuzzCanonicalEnvelope(f *testing.F) {
 	})
 }
 
+// FuzzBatchFastPath holds DecodeBatch, which reads an array whose events
+// all take the fast path without validating the body first, to the body
+// validated whole and then read: the same events, or the same refusal,
+// for any body. The seeds put the envelope's seeds in arrays beside valid
+// events, and arrays whose text between events is not JSON.
+func FuzzBatchFastPath(f *testing.F) {
+	for _, s := range fuzzSeeds() {
+		f.Add(s)
+	}
+	base := failed(failedData)
+	for _, s := range envelopeSeeds() {
+		f.Add([]byte("[" + base + "," + string(s) + "]"))
+		f.Add([]byte("[" + string(s) + " , " + base + "]"))
+	}
+	for _, body := range []string{
+		"[" + base + "," + base + "]", "[" + base + "]", "[ " + base + " ]", "[" + base + ",]", "[," + base + "]", "[" + base + base + "]",
+		"[" + base + ";" + base + "]", "[" + base + "] ]", "[" + base + "]]", "[" + base, "[" + base + ",", "[" + base + ", ",
+		"[" + base + "," + strings.TrimSuffix(base, "}") + "]", "[" + base + ",\"x\"]", "[" + base + ",1]", "[" + base + ",[]]",
+		"[" + base + ",{}]", "[" + base + ",null]", "[" + base + "," + base + "\f]", "[\"" + base + "]", "[" + base + ",\"]",
+	} {
+		f.Add([]byte(body))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got, err := events.DecodeBatch(body)
+		want, werr := events.DecodeBatchGeneral(body)
+		if fmt.Sprint(err) != fmt.Sprint(werr) || !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q:\nfast    %#v, %v\ngeneral %#v, %v", body, got, err, want, werr)
+		}
+	})
+}
+
 // envelopeSeeds are canonical records whose envelopes hold each value the
 // fast path must leave to the general one, and some it must read itself.
 func envelopeSeeds() [][]byte {
