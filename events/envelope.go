@@ -411,6 +411,15 @@ func decodeBatchFast(body []byte, keep bool, arena *wordArena) ([]Event, []decod
 		if !ok || fe != nil {
 			return nil, nil, false
 		}
+		if out == nil {
+			// As many events as the first one's size fits in the body: a
+			// guess that spares growing the slices in most bodies.
+			n := min(len(body)/(end-i+1)+1, 1<<12)
+			out = make([]Event, 0, n)
+			if keep {
+				states = make([]decodeState, 0, n)
+			}
+		}
 		out = append(out, ev)
 		if keep {
 			states = append(states, st)
