@@ -9,8 +9,9 @@
 # Runs the benchmark under valgrind's callgrind twice, for LOW and HIGH
 # iterations (default 10000 and 30000), with the collector off and one
 # processor, so that nothing but the iterations differs between the two
-# runs, and prints (count(HIGH) - count(LOW)) / (HIGH - LOW): the setup
-# both runs share cancels out. Needs valgrind (Debian's package). A
+# runs, and without the runtime's preemption signals (callgrind aborts on
+# some of them), and prints (count(HIGH) - count(LOW)) / (HIGH - LOW): the
+# setup both runs share cancels out. Needs valgrind (Debian's package). A
 # benchmark that allocates HIGH times what fits in memory needs smaller
 # counts. Set KEEP=DIR to keep the two profiles for callgrind_annotate.
 set -euo pipefail
@@ -24,7 +25,7 @@ trap 'rm -rf "$work"' EXIT
 go test -c -o "$work/bench.test" "$pkg"
 dir=$(go list -f '{{.Dir}}' "$pkg")
 count() {
-	(cd "$dir" && GOGC=off GOMAXPROCS=1 valgrind --tool=callgrind --callgrind-out-file="$work/$1.out" \
+	(cd "$dir" && GOGC=off GOMAXPROCS=1 GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind --callgrind-out-file="$work/$1.out" \
 		"$work/bench.test" -test.run='^$' -test.bench="$bench" -test.benchtime="${1}x" -test.cpu=1 >/dev/null 2>"$work/$1.err")
 	sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$work/$1.err"
 }
