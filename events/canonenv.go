@@ -121,13 +121,11 @@ func hasPrefixAt(b []byte, i int, lit string) bool {
 // plainText reports whether b is the text of a JSON string as it stands:
 // no escape, no control character (which JSON refuses unescaped).
 func plainText(b []byte) bool {
-	// Eight bytes at a time (validString's test, without the quote, which
-	// the caller's search stopped at): the envelope's ids and times.
+	// Eight bytes at a time (the envelope's ids and times); the quote is
+	// where the caller's search stopped.
 	i := 0
 	for ; len(b)-i >= 8; i += 8 {
-		w := binary.LittleEndian.Uint64(b[i:])
-		slash := w ^ ('\\' * lsb)
-		if (((slash-lsb)&^slash)|(w-0x20*lsb))&^w&msb != 0 {
+		if escapeBytes(binary.LittleEndian.Uint64(b[i:])) != 0 {
 			return false
 		}
 	}

@@ -66,27 +66,44 @@ func validLiteral(b []byte, i int, lit string) (int, bool) {
 }
 
 func validObject(b []byte, i, depth int) (int, bool) {
+	i, _, ok := validObjectMembers(b, i, depth, nil, false)
+	return i, ok
+}
+
+// validObjectMembers is validObject, appending each member to dst as
+// scanObjectMembers cuts them when collect is set.
+func validObjectMembers(b []byte, i, depth int, dst []rawMember, collect bool) (int, []rawMember, bool) {
 	i = skipSpace(b, i+1)
 	if i < len(b) && b[i] == '}' {
-		return i + 1, true
+		return i + 1, dst, true
 	}
 	for {
 		if i >= len(b) || b[i] != '"' {
-			return i, false
+			return i, dst, false
 		}
+		start := i
 		var ok bool
 		if i, ok = validString(b, i); !ok {
-			return i, false
+			return i, dst, false
 		}
+		end := i
 		if i = skipSpace(b, i); i >= len(b) || b[i] != ':' {
-			return i, false
+			return i, dst, false
 		}
-		if i, ok = validValue(b, skipSpace(b, i+1), depth); !ok {
-			return i, false
+		val := skipSpace(b, i+1)
+		if i, ok = validValue(b, val, depth); !ok {
+			return i, dst, false
+		}
+		if collect {
+			key := b[start+1 : end-1]
+			if bytes.IndexByte(key, '\\') >= 0 {
+				key = []byte(unquoteKey(b[start:end]))
+			}
+			dst = append(dst, rawMember{key, b[val:i]})
 		}
 		var more bool
 		if i, more, ok = validNext(b, i, '}'); !more {
-			return i, ok
+			return i, dst, ok
 		}
 	}
 }
@@ -100,36 +117,8 @@ func validMembers(b []byte, depth int, dst []rawMember) ([]rawMember, bool) {
 	if i >= len(b) || b[i] != '{' || depth >= MaxDepth {
 		return dst, false
 	}
-	depth++
-	if i = skipSpace(b, i+1); i < len(b) && b[i] == '}' {
-		return dst, skipSpace(b, i+1) == len(b)
-	}
-	for {
-		if i >= len(b) || b[i] != '"' {
-			return dst, false
-		}
-		start := i
-		var ok bool
-		if i, ok = validString(b, i); !ok {
-			return dst, false
-		}
-		key := b[start+1 : i-1]
-		if bytes.IndexByte(key, '\\') >= 0 {
-			key = []byte(unquoteKey(b[start:i]))
-		}
-		if i = skipSpace(b, i); i >= len(b) || b[i] != ':' {
-			return dst, false
-		}
-		val := skipSpace(b, i+1)
-		if i, ok = validValue(b, val, depth); !ok {
-			return dst, false
-		}
-		dst = append(dst, rawMember{key, b[val:i]})
-		var more bool
-		if i, more, ok = validNext(b, i, '}'); !more {
-			return dst, ok && skipSpace(b, i) == len(b)
-		}
-	}
+	i, dst, ok := validObjectMembers(b, i, depth+1, dst, true)
+	return dst, ok && skipSpace(b, i) == len(b)
 }
 
 func validArray(b []byte, i, depth int) (int, bool) {
@@ -169,6 +158,16 @@ const (
 	msb = 0x8080808080808080
 )
 
+// escapeBytes marks, by its high bit, each byte of the word w (eight
+// bytes, little-endian) that a JSON string cannot hold as it stands: a
+// backslash or a control character. Bytes of 0x80 and above are never
+// marked; a byte above a marked one may be, so the word is read only as
+// holding one or not, or up to its lowest mark.
+func escapeBytes(w uint64) uint64 {
+	slash := w ^ ('\\' * lsb)
+	return (((slash - lsb) &^ slash) | (w - 0x20*lsb)) &^ w & msb
+}
+
 // validString returns the index just past the valid string at b[i]. Bytes
 // of 0x80 and above are the valid UTF-8 the caller checked.
 func validString(b []byte, i int) (int, bool) {
@@ -189,12 +188,9 @@ func validString(b []byte, i int) (int, bool) {
 		for len(b)-i >= 8 {
 			w := binary.LittleEndian.Uint64(b[i:])
 			quote := w ^ ('"' * lsb)
-			slash := w ^ ('\\' * lsb)
-			// A zero byte of quote or slash, or a byte of w below 0x20, sets
-			// its high bit here (bytes of 0x80 and above excluded).
-			stop := ((quote - lsb) &^ quote) | ((slash - lsb) &^ slash) | (w - 0x20*lsb)
-			stop &^= w
-			stop &= msb
+			// A zero byte of quote sets its high bit here, as escapeBytes
+			// marks the others.
+			stop := ((quote-lsb)&^quote)&^w&msb | escapeBytes(w)
 			if stop != 0 {
 				i += bits.TrailingZeros64(stop) / 8
 				break
