@@ -195,6 +195,19 @@ func (f *Fold) Head(s Store) (TreeHead, error) {
 	return HeadOf(s)
 }
 
+// Tree returns a copy of the fact tree the fold has built in s, to be
+// extended apart from the fold's own.
+func (f *Fold) Tree(s Store) (*Tree, error) {
+	if f.wb != nil && f.wb.store == s && f.cache.tree != nil {
+		return decodeTree(f.cache.tree.encode())
+	}
+	b, ok, err := s.Get([]byte(keyTree))
+	if err != nil || !ok {
+		return NewTree(), err
+	}
+	return decodeTree(b)
+}
+
 // RuleVersion is the rule version the fold applies.
 func (f *Fold) RuleVersion() int { return f.rules }
 

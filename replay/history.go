@@ -87,8 +87,14 @@ type historyCheck struct {
 	roots   []string // recomputed root at each head's size
 	checked int
 
-	leaves    *leafStream
+	leaves *leafStream
+	// indexTree is the tree of the index's leaves once they part from
+	// the facts' (nil until then): up to that leaf the two trees are one,
+	// the fold's, and the index's heads are the fold's. A pass over an
+	// archive whose index agrees with its facts, every honest one, thus
+	// hashes the tree once, not twice.
 	indexTree *projections.Tree
+	indexSize uint64 // leaves read from the index
 	indexOK   []bool // whether the index tree reproduces each head
 	indexNext int    // the first head the index tree has not reached
 	// diffAt is the first position (1-based) where index and facts part;
@@ -102,7 +108,6 @@ func newHistoryCheck(ctx context.Context, src Source, heads []RecordedHead) *his
 	h := &historyCheck{heads: heads, match: make([]bool, len(heads)), roots: make([]string, len(heads)), indexOK: make([]bool, len(heads))}
 	if li, ok := src.(LeafIndexer); ok {
 		h.leaves = startLeaves(ctx, li)
-		h.indexTree = projections.NewTree()
 	}
 	return h
 }
@@ -113,19 +118,50 @@ func (h *historyCheck) close() {
 	}
 }
 
-// fact is called after fold folded f into store.
-func (h *historyCheck) fact(f Fact, fold *projections.Fold, store projections.Store) error {
-	if h.leaves != nil {
-		b := f.leaf()
-		a, ok, err := h.leaves.next()
-		if err != nil {
+// leaf reads the index's leaf for f and compares the two, before fold
+// folds f into store: at the first leaf where they part, the index's tree
+// starts from the fold's as it is before f.
+func (h *historyCheck) leaf(f *Fact, fold *projections.Fold, store projections.Store) error {
+	if h.leaves == nil {
+		return nil
+	}
+	b := f.leaf()
+	a, ok, err := h.leaves.next()
+	if err != nil {
+		return err
+	}
+	if h.indexTree == nil && (!ok || !bytes.Equal(a, b)) {
+		if err := h.part(fold, store); err != nil {
 			return err
 		}
-		if ok {
-			h.indexLeaf(a)
-		}
-		h.compareLeaf(f.Seq, a, ok, b, true, factOf(f))
 	}
+	if ok {
+		h.indexLeaf(a)
+	}
+	h.compareLeaf(f.Seq, a, ok, b, true, factOf(*f))
+	return nil
+}
+
+// part gives the index a tree of its own, a copy of the fold's: the index
+// held the same leaves so far, and reproduced the heads of those sizes
+// exactly when the facts did.
+func (h *historyCheck) part(fold *projections.Fold, store projections.Store) error {
+	t, err := fold.Tree(store)
+	if err != nil {
+		return err
+	}
+	if t.Size() != h.indexSize {
+		return fmt.Errorf("replay: the fold's tree holds %d leaves where the leaf index's held %d", t.Size(), h.indexSize)
+	}
+	h.indexTree = t
+	for ; h.indexNext < len(h.heads) && h.heads[h.indexNext].Size <= h.indexSize; h.indexNext++ {
+		h.indexOK[h.indexNext] = h.match[h.indexNext]
+	}
+	return nil
+}
+
+// fact is called after fold folded f into store.
+func (h *historyCheck) fact(f Fact, fold *projections.Fold, store projections.Store) error {
 	// A recorded head of size 0 names no fact: it cannot match.
 	for h.next < len(h.heads) && h.heads[h.next].Size < f.Seq {
 		h.next++
@@ -146,7 +182,14 @@ func (h *historyCheck) fact(f Fact, fold *projections.Fold, store projections.St
 // indexLeaf adds the index's next leaf to its tree and checks the heads
 // of that size against it. The heads are in order of size, so a cursor
 // finds them: a leaf costs the same at the run's end as at its start.
+//
+// Until the index parts from the facts, its leaves are the fold's and so
+// is its tree: part fills in the heads from the fold's.
 func (h *historyCheck) indexLeaf(a []byte) {
+	h.indexSize++
+	if h.indexTree == nil {
+		return
+	}
 	h.indexTree.Append(a)
 	n := h.indexTree.Size()
 	for h.indexNext < len(h.heads) && h.heads[h.indexNext].Size < n {
@@ -187,8 +230,9 @@ func (h *historyCheck) uncommitted(facts uint64) uint64 {
 	return facts - last
 }
 
-// finish drains the leaf index and concludes.
-func (h *historyCheck) finish(facts uint64) (*HistoryProblem, error) {
+// finish drains the leaf index and concludes; fold has folded every fact
+// into store.
+func (h *historyCheck) finish(facts uint64, fold *projections.Fold, store projections.Store) (*HistoryProblem, error) {
 	if h.leaves != nil {
 		for seq := facts + 1; ; seq++ {
 			a, ok, err := h.leaves.next()
@@ -198,8 +242,19 @@ func (h *historyCheck) finish(facts uint64) (*HistoryProblem, error) {
 			if !ok {
 				break
 			}
+			if h.indexTree == nil {
+				if err := h.part(fold, store); err != nil {
+					return nil, err
+				}
+			}
 			h.indexLeaf(a)
 			h.compareLeaf(seq, a, true, nil, false, projections.FactPosition{})
+		}
+		if h.indexTree == nil {
+			// The index is the facts' leaves, leaf for leaf.
+			if err := h.part(fold, store); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if len(h.heads) == 0 {

@@ -208,6 +208,9 @@ func Verify(ctx context.Context, src Source, o VerifyOptions) (*Report, error) {
 	// not kept.
 	fold := projections.NewFoldWith(rep.Run, projections.FoldOptions{Recorded: config, RuleVersion: rules, WriteBack: writeBackBytes, NoSamples: true})
 	err = factsOf(ctx, src, func(f Fact) error {
+		if err := h.leaf(&f, fold, store); err != nil {
+			return err
+		}
 		ds, err := fold.Apply(store, f.Record())
 		if err != nil {
 			return fmt.Errorf("replay: fold fact %d: %w", f.Seq, err)
@@ -294,7 +297,7 @@ func Verify(ctx context.Context, src Source, o VerifyOptions) (*Report, error) {
 		}
 	}
 
-	hist, err := h.finish(rep.Facts)
+	hist, err := h.finish(rep.Facts, fold, store)
 	if err != nil {
 		return nil, err
 	}
