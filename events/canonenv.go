@@ -80,7 +80,7 @@ func canonicalEnvelope(record []byte, st *decodeState, validData bool) (env enve
 		unchecked = true
 	case validData:
 		// The envelope is the one object around the data.
-		if !validJSON(data, 1) {
+		if !validJSON(data, st.dataDepth()) {
 			return env, at, false, false
 		}
 	case skipValue(data, 0) != len(data):

@@ -328,6 +328,14 @@ func decodeBatchWith(body []byte, keep bool, arena *wordArena, fast bool) ([]Eve
 	if len(body) == 0 {
 		return nil, nil, &FieldError{Err: ErrEmpty, Detail: "the body is empty"}
 	}
+	// The fast path reads a body of canonical events in one pass, and
+	// bounds each event's nesting inside the array as it validates it: a
+	// body it takes is one checkDepth passes.
+	if fast && body[0] == '[' {
+		if evs, states, ok := decodeBatchFast(body, keep, arena); ok {
+			return evs, states, nil
+		}
+	}
 	// Before any parser sees the body: nesting is what parsers recurse on.
 	if fe := checkDepth(body); fe != nil {
 		return nil, nil, fe
@@ -341,11 +349,6 @@ func decodeBatchWith(body []byte, keep bool, arena *wordArena, fast bool) ([]Eve
 			return nil, nil, fe
 		}
 		return []Event{ev}, []decodeState{st}, nil
-	}
-	if fast {
-		if evs, states, ok := decodeBatchFast(body, keep, arena); ok {
-			return evs, states, nil
-		}
 	}
 	// One validation of the whole body; the events then need no second.
 	if !json.Valid(body) {
@@ -375,11 +378,11 @@ func decodeBatchWith(body []byte, keep bool, arena *wordArena, fast bool) ([]Eve
 	return out, states, nil
 }
 
-// decodeBatchFast is decodeBatch of an array body, whose nesting
-// checkDepth passed, when every event in it takes the fast path and is
-// accepted: the events are validated once, as decodeFast reads them,
-// rather than by a validation of the whole body and then again as each
-// is cut and read. It reports false for anything else (an event the fast
+// decodeBatchFast is decodeBatch of an array body, when every event in it
+// takes the fast path and is accepted: the events are validated once, as
+// decodeFast reads them, rather than by a validation of the whole body and
+// then again as each is cut and read, and their nesting is bounded there
+// rather than by checkDepth's pass over the body. It reports false for anything else (an event the fast
 // path leaves, any refusal, text between the events that is not a comma
 // or white space), and decodeBatch then reads the body from the start as
 // before, for the verdict and the error it gives: so a refusal found here
@@ -406,7 +409,9 @@ func decodeBatchFast(body []byte, keep bool, arena *wordArena) ([]Event, []decod
 		if end <= i {
 			return nil, nil, false
 		}
-		st := decodeState{ingest: true, arena: arena}
+		// The array encloses the event: its data may nest one level less
+		// deep than a record's alone, as checkDepth would count it.
+		st := decodeState{ingest: true, arena: arena, enclosing: 1}
 		ev, fe, ok := decodeFast(body[i:end], &st)
 		if !ok || fe != nil {
 			return nil, nil, false
@@ -472,7 +477,7 @@ func decodeFast(record []byte, st *decodeState) (Event, *FieldError, bool) {
 		return Event{}, nil, false
 	}
 	ev, fe := decodeData(env, at, st, unchecked)
-	if fe != nil && unchecked && !validJSON(env.Data, 1) {
+	if fe != nil && unchecked && !validJSON(env.Data, st.dataDepth()) {
 		// Data that is not JSON, or nests too deep: the general path
 		// refuses the record as malformed. Any other refusal stands only
 		// for data that is JSON, as it would on the general path. (A

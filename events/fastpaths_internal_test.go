@@ -1,6 +1,7 @@
 package events
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -116,5 +117,43 @@ func TestParseIntAsStrconv(t *testing.T) {
 			}
 			check(s, bits)
 		}
+	}
+}
+
+// TestFastPathCountsTheBatchArray: the fast path bounds a fact's nesting
+// as it validates the data, counting the arrays around its record, so
+// that a batch it takes is one checkDepth passes without being scanned
+// by it. A record whose data nests to the limit alone is read (and
+// refused for its unknown member, a refusal that stands); inside a
+// batch's array it is one level too deep, and left to the general path,
+// whose checkDepth refuses it as malformed.
+func TestFastPathCountsTheBatchArray(t *testing.T) {
+	// The record's object, the data's, then n arrays.
+	n := MaxDepth - 2
+	deep := ""
+	for range n {
+		deep += "["
+	}
+	deep += "1"
+	for range n {
+		deep += "]"
+	}
+	record := []byte(`{"id":"0190c0de-0000-7000-8000-000000000001","run":"run-1","type":"attempt.failed","v":1,"at":"2026-11-29T19:10:00Z","source":"engine-1","data":{"zzz":` + deep + `}}`)
+	if fe := checkDepth(record); fe != nil {
+		t.Fatalf("the record alone nests too deep for checkDepth: %v", fe)
+	}
+	if fe := checkDepth(append(append([]byte{'['}, record...), ']')); fe == nil {
+		t.Fatal("checkDepth passes the record in an array")
+	}
+	_, fe, ok := decodeFast(record, &decodeState{ingest: true})
+	if !ok || fe == nil || fe.Err != ErrUnknownField {
+		t.Fatalf("alone: got %v (taken %v), want the fast path's refusal of the unknown member", fe, ok)
+	}
+	if _, fe, ok := decodeFast(record, &decodeState{ingest: true, enclosing: 1}); ok {
+		t.Fatalf("in a batch's array: the fast path took it (%v); want it left to checkDepth", fe)
+	}
+	body := append(append([]byte{'['}, record...), ']')
+	if _, err := DecodeBatch(body); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("the batch: got %v, want malformed", err)
 	}
 }

@@ -240,6 +240,20 @@ type decodeState struct {
 	// arena, when set, is where the data's own binary fields decode to
 	// (see Canonicalizer).
 	arena *wordArena
+	// enclosing counts the arrays around the record: 1 for an event of a
+	// batch, read without checkDepth's pass over the whole body (see
+	// decodeBatchFast).
+	enclosing int
+}
+
+// dataDepth is how many arrays and objects enclose a fact's data: its
+// record's object, and the arrays around the record. The fast path's
+// validation bounds the data's nesting from there.
+func (st *decodeState) dataDepth() int {
+	if st == nil {
+		return 1
+	}
+	return 1 + st.enclosing
 }
 
 // words is the arena the data's own binary fields decode into, or nil
@@ -288,7 +302,7 @@ func decodeObjectOf(raw []byte, rv reflect.Value, s *spec, path string, st *deco
 	var obj []rawMember
 	var ok bool
 	if validate {
-		obj, ok = validMembers(raw, 1, buf[:0])
+		obj, ok = validMembers(raw, st.dataDepth(), buf[:0])
 	} else {
 		obj, ok = scanObjectMembers(raw, buf[:0])
 	}
