@@ -2,9 +2,12 @@ package replay
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/rolloutledger/rolloutledger/projections"
@@ -174,4 +177,74 @@ func TestScratchRoutesKeys(t *testing.T) {
 			t.Fatalf("a key of the spill: %v", err)
 		}
 	}
+}
+
+// radixSortOrder orders entries by their first word as a comparison sort
+// does, whichever of its bytes the entries share, and keeps each one.
+func TestRadixSortOrder(t *testing.T) {
+	r := rand.New(rand.NewPCG(27, 7))
+	var spare []dedupOrder
+	for _, tc := range []struct {
+		name string
+		n    int
+		mask uint64 // the bits of hi that vary
+	}{
+		{"empty", 0, ^uint64(0)},
+		{"one", 1, ^uint64(0)},
+		{"random", 10_000, ^uint64(0)},
+		{"UUIDv7s of one run: the top bytes shared", 10_000, 1<<28 - 1},
+		{"a few values", 10_000, 3 << 40},
+		{"all equal", 1000, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			order := make([]dedupOrder, tc.n)
+			base := r.Uint64() &^ tc.mask
+			for i := range order {
+				order[i] = dedupOrder{hi: base | r.Uint64()&tc.mask, i: uint32(i)}
+			}
+			want := slices.Clone(order)
+			slices.SortStableFunc(want, func(a, b dedupOrder) int { return cmp.Compare(a.hi, b.hi) })
+			var got []dedupOrder
+			got, spare = radixSortOrder(order, spare)
+			if !slices.Equal(got, want) {
+				t.Fatalf("the sort differs from a stable comparison sort")
+			}
+		})
+	}
+}
+
+// BenchmarkDedupSpill is one spill of a full map: the sort of its ids,
+// the run's filter, and the writing of its entries. The ids are UUIDv7s
+// as a run's engines make them, a millisecond's worth at a time, in the
+// order of a log that interleaves them.
+//
+//	go test -run='^$' -bench=DedupSpill -count=6 ./replay/
+func BenchmarkDedupSpill(b *testing.B) {
+	d := newDedupIndex(b.TempDir(), 0)
+	defer d.close()
+	r := rand.New(rand.NewPCG(5, 12))
+	entries := make([]dedupMem, dedupMemEntries)
+	ms := uint64(1_780_000_000_000)
+	for i := range entries {
+		if i%200 == 0 {
+			ms++
+		}
+		id := &entries[i].id
+		binary.BigEndian.PutUint64(id[:8], ms<<16|0x7000|r.Uint64()&0xfff)
+		binary.BigEndian.PutUint64(id[8:], r.Uint64())
+		entries[i].sum[0] = byte(i)
+	}
+	// Engines write ahead of one another: the log holds their ids a few
+	// milliseconds out of order.
+	for i := range entries {
+		j := min(len(entries)-1, i+r.IntN(2000))
+		entries[i], entries[j] = entries[j], entries[i]
+	}
+	for b.Loop() {
+		d.mem = append(d.mem[:0], entries...)
+		if err := d.spill(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(entries)), "ns/entry")
 }
