@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"sort"
 
 	"github.com/rolloutledger/rolloutledger/events"
 )
@@ -98,7 +99,7 @@ func (c *applyCtx) turnGenerated(d *events.TurnGenerated) error {
 	if a.done {
 		return c.late(d.Attempt, &a, fmt.Sprintf("turn %d", d.Turn))
 	}
-	i, found := slices.BinarySearchFunc(a.turns, int64(d.Turn), func(t turnMeta, n int64) int { return cmp.Compare(t.turn, n) })
+	i, found := turnIndex(a.turns, int64(d.Turn))
 	if found {
 		return c.duplicate(Finding{Attempt: d.Attempt, Turns: []int64{int64(d.Turn)}}, fmt.Sprintf("attempt %s already has turn %d", d.Attempt, d.Turn))
 	}
@@ -141,6 +142,19 @@ func (c *applyCtx) turnGenerated(d *events.TurnGenerated) error {
 		}
 	}
 	return c.putAttempt(d.Attempt, &a)
+}
+
+// turnIndex finds turn n among an attempt's turns, ordered by number: its
+// index, or the index it would take. Turns nearly always come in order, a
+// new one after the last, and that is looked at first; the search reads
+// only the turns' numbers (a turn's record is 88 bytes, and was
+// copied for each comparison of slices.BinarySearchFunc's).
+func turnIndex(turns []turnMeta, n int64) (int, bool) {
+	if len(turns) == 0 || turns[len(turns)-1].turn < n {
+		return len(turns), false
+	}
+	i := sort.Search(len(turns), func(i int) bool { return turns[i].turn >= n })
+	return i, turns[i].turn == n
 }
 
 func (c *applyCtx) contextCompacted(d *events.ContextCompacted) error {
