@@ -382,12 +382,12 @@ func decodeBatchWith(body []byte, keep bool, arena *wordArena, fast bool) ([]Eve
 // takes the fast path and is accepted: the events are validated once, as
 // decodeFast reads them, rather than by a validation of the whole body and
 // then again as each is cut and read, and their nesting is bounded there
-// rather than by checkDepth's pass over the body. It reports false for anything else (an event the fast
-// path leaves, any refusal, text between the events that is not a comma
-// or white space), and decodeBatch then reads the body from the start as
-// before, for the verdict and the error it gives: so a refusal found here
-// never stands for a body that another event, or the array, makes
-// malformed.
+// rather than by checkDepth's pass over the body. It reports false for
+// anything else (an event the fast path leaves, any refusal, text between
+// the events that is not a comma or white space), and decodeBatch then
+// reads the body from the start as before, for the verdict and the error
+// it gives: so a refusal found here never stands for a body that another
+// event, or the array, makes malformed.
 //
 // The events are cut by skipValue, which trusts its input to be JSON. On
 // a body that is not, it may cut them wrongly; but each piece is then
