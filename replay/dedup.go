@@ -66,10 +66,9 @@ type dedupIndex struct {
 	// reads mem only when those match.
 	mem    []dedupMem
 	slots  []uint64
-	order  []dedupOrder // a spill's sort
-	spare  []dedupOrder // and the radix sort's other half
-	runs   []*dedupRun  // oldest first
-	filter bloom        // every id written
+	spare  []dedupMem  // the other half of a spill's radix sort
+	runs   []*dedupRun // oldest first
+	filter bloom       // every id written
 	// arena holds the filters' words, outside the Go heap (offheap.go).
 	arena *wordArena
 	next  int // name of the next run file
@@ -243,38 +242,15 @@ func compareIDs(a, b *dedupID) int {
 	return cmp.Compare(binary.BigEndian.Uint64(a[8:]), binary.BigEndian.Uint64(b[8:]))
 }
 
-// dedupOrder is an entry in memory as a spill sorts them: its id's first
-// eight bytes, and its position in mem.
-type dedupOrder struct {
-	hi uint64
-	i  uint32
-}
-
-// spill writes the entries in memory as a run. It sorts their ids' first
-// words and positions, a third of the entries' bytes, and settles the
-// rare equal words by the ids' second.
+// spill writes the entries in memory as a run, sorted by id (sortMem).
 func (d *dedupIndex) spill() error {
-	d.order = d.order[:0]
-	for i := range d.mem {
-		d.order = append(d.order, dedupOrder{hi: binary.BigEndian.Uint64(d.mem[i].id[:8]), i: uint32(i)})
-	}
-	d.order, d.spare = radixSortOrder(d.order, d.spare)
-	for i := 0; i < len(d.order); {
-		j := i + 1
-		for j < len(d.order) && d.order[j].hi == d.order[i].hi {
-			j++
-		}
-		if j-i > 1 {
-			slices.SortFunc(d.order[i:j], func(a, b dedupOrder) int { return compareIDs(&d.mem[a.i].id, &d.mem[b.i].id) })
-		}
-		i = j
-	}
+	d.sortMem()
 	r, w, err := d.create(len(d.mem))
 	if err != nil {
 		return err
 	}
-	for _, o := range d.order {
-		e := &d.mem[o.i]
+	for i := range d.mem {
+		e := &d.mem[i]
 		if err := w.add(&e.id, e.sum[:]); err != nil {
 			return err
 		}
@@ -288,42 +264,55 @@ func (d *dedupIndex) spill() error {
 	return nil
 }
 
-// radixSortOrder sorts order by hi, a byte a pass from the lowest, moving
-// the entries between order and spare (grown to order's length), and
-// returns the sorted slice and the other. A comparison sort of a spill's
-// half a million entries, through a function value, took as long as the
-// fold of a hundred thousand facts; a byte that every entry shares (the
-// timestamp's top bytes of a run's UUIDv7s) costs one counting pass.
-func radixSortOrder(order, spare []dedupOrder) (sorted, other []dedupOrder) {
-	if cap(spare) < len(order) {
-		spare = make([]dedupOrder, len(order))
+// sortMem sorts the entries in memory by id: a radix sort of the ids'
+// first eight bytes, a byte a pass from the last, moving the entries
+// between mem and spare, then the rare runs of equal first words by the
+// rest. A comparison sort of a spill's half a million entries through a
+// function value took as long as the fold of a hundred thousand facts,
+// and writing entries in the order of a sorted index of them read mem at
+// random, a cache miss an entry; the passes read and write it in order. A
+// byte every entry shares (the top bytes of the timestamp in a run's
+// UUIDv7s) costs one counting pass.
+func (d *dedupIndex) sortMem() {
+	if cap(d.spare) < len(d.mem) {
+		d.spare = make([]dedupMem, len(d.mem))
 	}
-	src, dst := order, spare[:len(order)]
+	src, dst := d.mem, d.spare[:len(d.mem)]
 	if len(src) == 0 {
-		return src, dst
+		return
 	}
 	var count [256]int
-	for shift := 0; shift < 64; shift += 8 {
+	for b := 7; b >= 0; b-- {
 		count = [256]int{}
 		for i := range src {
-			count[byte(src[i].hi>>shift)]++
+			count[src[i].id[b]]++
 		}
-		if count[byte(src[0].hi>>shift)] == len(src) {
+		if count[src[0].id[b]] == len(src) {
 			continue // every entry has this byte: already in order by it
 		}
 		at := 0
-		for b, c := range count {
-			count[b] = at
+		for v, c := range count {
+			count[v] = at
 			at += c
 		}
 		for i := range src {
-			b := byte(src[i].hi >> shift)
-			dst[count[b]] = src[i]
-			count[b]++
+			v := src[i].id[b]
+			dst[count[v]] = src[i]
+			count[v]++
 		}
 		src, dst = dst, src
 	}
-	return src, dst
+	d.mem, d.spare = src, dst[:0]
+	for i := 0; i < len(src); {
+		j := i + 1
+		for j < len(src) && [8]byte(src[j].id[:8]) == [8]byte(src[i].id[:8]) {
+			j++
+		}
+		if j-i > 1 {
+			slices.SortFunc(src[i:j], func(a, b dedupMem) int { return compareIDs(&a.id, &b.id) })
+		}
+		i = j
+	}
 }
 
 // runWriter writes a run's entries in order.

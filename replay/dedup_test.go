@@ -2,7 +2,6 @@ package replay
 
 import (
 	"bytes"
-	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
@@ -179,35 +178,40 @@ func TestScratchRoutesKeys(t *testing.T) {
 	}
 }
 
-// radixSortOrder orders entries by their first word as a comparison sort
-// does, whichever of its bytes the entries share, and keeps each one.
-func TestRadixSortOrder(t *testing.T) {
+// A spill's sort orders the entries by id as a comparison sort does,
+// whichever bytes of the ids' first words they share, and moves each
+// digest with its id.
+func TestSortMem(t *testing.T) {
 	r := rand.New(rand.NewPCG(27, 7))
-	var spare []dedupOrder
+	d := newDedupIndex(t.TempDir(), 0)
+	defer d.close()
 	for _, tc := range []struct {
 		name string
 		n    int
-		mask uint64 // the bits of hi that vary
+		mask uint64 // the bits of the first word that vary
 	}{
 		{"empty", 0, ^uint64(0)},
 		{"one", 1, ^uint64(0)},
 		{"random", 10_000, ^uint64(0)},
 		{"UUIDv7s of one run: the top bytes shared", 10_000, 1<<28 - 1},
-		{"a few values", 10_000, 3 << 40},
-		{"all equal", 1000, 0},
+		{"a few first words", 10_000, 3 << 40},
+		{"one first word", 1000, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			order := make([]dedupOrder, tc.n)
 			base := r.Uint64() &^ tc.mask
-			for i := range order {
-				order[i] = dedupOrder{hi: base | r.Uint64()&tc.mask, i: uint32(i)}
+			d.mem = d.mem[:0]
+			for range tc.n {
+				var e dedupMem
+				binary.BigEndian.PutUint64(e.id[:8], base|r.Uint64()&tc.mask)
+				binary.BigEndian.PutUint64(e.id[8:], r.Uint64())
+				e.sum = sha256.Sum256(e.id[:])
+				d.mem = append(d.mem, e)
 			}
-			want := slices.Clone(order)
-			slices.SortStableFunc(want, func(a, b dedupOrder) int { return cmp.Compare(a.hi, b.hi) })
-			var got []dedupOrder
-			got, spare = radixSortOrder(order, spare)
-			if !slices.Equal(got, want) {
-				t.Fatalf("the sort differs from a stable comparison sort")
+			want := slices.Clone(d.mem)
+			slices.SortFunc(want, func(a, b dedupMem) int { return bytes.Compare(a.id[:], b.id[:]) })
+			d.sortMem()
+			if !slices.Equal(d.mem, want) {
+				t.Fatalf("the sort differs from a comparison sort of the ids")
 			}
 		})
 	}
