@@ -34,7 +34,8 @@ import (
 // by the first id of every page kept in memory. Merging runs would bound
 // the runs a lookup asks, but rewrote every entry about log2 of the runs
 // times (at 50 M facts, some 7 times 2.4 GB), for lookups the filter lets
-// through a time in a hundred. Memory is the map, the filters and the page
+// through a time in a hundred. Memory is the map (and, from the first
+// spill, a second array as large for its sort), the filters and the page
 // ids: flat but for 22 bits a fact (the filters, kept off the Go heap by
 // offheap.go) and 16 bytes per 85.
 
