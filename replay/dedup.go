@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -36,8 +37,8 @@ import (
 // times (at 50 M facts, some 7 times 2.4 GB), for lookups the filter lets
 // through a time in a hundred. Memory is the map (and, from the first
 // spill, a second array as large for its sort), the filters and the page
-// ids: flat but for 22 bits a fact (the filters, kept off the Go heap by
-// offheap.go) and 16 bytes per 85.
+// ids: flat but for 22 bits a fact (the filters) and 16 bytes per 85. All
+// but the page ids are kept off the Go heap (offheap.go).
 
 const (
 	dedupEntry      = 16 + 32
@@ -223,8 +224,8 @@ func (d *dedupIndex) set(id dedupID, sum dedupSum) error {
 		}
 	}
 	if d.slots == nil {
-		d.slots = make([]uint64, 1<<bits.Len(uint(2*d.limit-1)))
-		d.mem = make([]dedupMem, 0, d.limit)
+		d.slots = d.arena.words(1 << bits.Len(uint(2*d.limit-1)))
+		d.mem = d.entries(d.limit)[:0]
 	}
 	i, _ := d.lookup(&id, h)
 	d.mem = append(d.mem, dedupMem{id: id, sum: sum})
@@ -265,6 +266,15 @@ func (d *dedupIndex) spill() error {
 	return nil
 }
 
+// entries returns n zeroed entries outside the Go heap, as the filters
+// are (offheap.go): the map, its slots and the spill's second array hold
+// no pointers and live as long as the index, 56 MiB that the collector's
+// pacing would otherwise match with as much room for garbage.
+func (d *dedupIndex) entries(n int) []dedupMem {
+	w := d.arena.words(n * int(unsafe.Sizeof(dedupMem{})) / 8)
+	return unsafe.Slice((*dedupMem)(unsafe.Pointer(unsafe.SliceData(w))), n)
+}
+
 // sortMem sorts the entries in memory by id: a radix sort of the ids'
 // first eight bytes, a byte a pass from the last, moving the entries
 // between mem and spare, then the rare runs of equal first words by the
@@ -276,7 +286,7 @@ func (d *dedupIndex) spill() error {
 // UUIDv7s) costs one counting pass.
 func (d *dedupIndex) sortMem() {
 	if cap(d.spare) < len(d.mem) {
-		d.spare = make([]dedupMem, len(d.mem))
+		d.spare = d.entries(len(d.mem))
 	}
 	src, dst := d.mem, d.spare[:len(d.mem)]
 	if len(src) == 0 {
@@ -409,7 +419,7 @@ func (d *dedupIndex) close() error {
 			first = err
 		}
 	}
-	d.runs, d.filter = nil, bloom{}
+	d.runs, d.filter, d.mem, d.slots, d.spare = nil, bloom{}, nil, nil, nil
 	d.arena.free()
 	return first
 }

@@ -2,7 +2,8 @@ package replay
 
 import "unsafe"
 
-// The dedup index's filters outside the Go heap (docs/design.md §14.2).
+// The dedup index's filters and arrays outside the Go heap (docs/design.md
+// §14.2).
 //
 // The filters are the index's one part that grows with the run: 12 bits a
 // fact for the filter of every id, 10 more for the runs' own. They live
@@ -11,7 +12,9 @@ import "unsafe"
 // count towards the live heap its pacing doubles, and a 10 M-fact replay
 // held some 27 MiB of filters and as much again of room for garbage
 // beside them. So they are mapped apart from the heap, where the system
-// allows it (offheap_unix.go), and unmapped when the index closes.
+// allows it (offheap_unix.go), and unmapped when the index closes. So are
+// the map of entries not spilled yet, its slots and the spill's second
+// array (56 MiB, without pointers, as long-lived).
 
 // wordArena hands out zeroed []uint64 backed by memory outside the Go
 // heap, and frees them all at once.
