@@ -71,7 +71,8 @@ type dedupIndex struct {
 	spare  []dedupMem  // the other half of a spill's radix sort
 	runs   []*dedupRun // oldest first
 	filter bloom       // every id written
-	// arena holds the filters' words, outside the Go heap (offheap.go).
+	// arena holds the filters' words and the arrays above, outside the Go
+	// heap (offheap.go).
 	arena *wordArena
 	next  int // name of the next run file
 	page  [dedupPage * dedupEntry]byte
