@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -130,14 +131,7 @@ func TestParseIntAsStrconv(t *testing.T) {
 func TestFastPathCountsTheBatchArray(t *testing.T) {
 	// The record's object, the data's, then n arrays.
 	n := MaxDepth - 2
-	deep := ""
-	for range n {
-		deep += "["
-	}
-	deep += "1"
-	for range n {
-		deep += "]"
-	}
+	deep := strings.Repeat("[", n) + "1" + strings.Repeat("]", n)
 	record := []byte(`{"id":"0190c0de-0000-7000-8000-000000000001","run":"run-1","type":"attempt.failed","v":1,"at":"2026-11-29T19:10:00Z","source":"engine-1","data":{"zzz":` + deep + `}}`)
 	if fe := checkDepth(record); fe != nil {
 		t.Fatalf("the record alone nests too deep for checkDepth: %v", fe)

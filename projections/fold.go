@@ -201,11 +201,7 @@ func (f *Fold) Tree(s Store) (*Tree, error) {
 	if f.wb != nil && f.wb.store == s && f.cache.tree != nil {
 		return decodeTree(f.cache.tree.encode())
 	}
-	b, ok, err := s.Get([]byte(keyTree))
-	if err != nil || !ok {
-		return NewTree(), err
-	}
-	return decodeTree(b)
+	return treeOf(s)
 }
 
 // RuleVersion is the rule version the fold applies.

@@ -291,13 +291,19 @@ func CheckpointOf(value []byte) (Checkpoint, error) {
 // HeadOf reads the head of the fact tree a fold keeps in s: the head after
 // the last record applied.
 func HeadOf(s Store) (TreeHead, error) {
-	b, ok, err := s.Get([]byte(keyTree))
-	if err != nil || !ok {
-		return NewTree().Head(), err
-	}
-	t, err := decodeTree(b)
-	if err != nil {
+	t, err := treeOf(s)
+	if t == nil {
 		return TreeHead{}, err
 	}
-	return t.Head(), nil
+	return t.Head(), err
+}
+
+// treeOf reads the fact tree a fold keeps in s: empty when s holds none,
+// nil when what it holds does not decode.
+func treeOf(s Store) (*Tree, error) {
+	b, ok, err := s.Get([]byte(keyTree))
+	if err != nil || !ok {
+		return NewTree(), err
+	}
+	return decodeTree(b)
 }
