@@ -16,12 +16,17 @@ import (
 // `>` and `&` are not rewritten as \u003c and the like) and no trailing
 // newline. Floats take encoding/json's shortest form that reads back to
 // the same value.
-func CanonicalJSON(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
+func CanonicalJSON(v any) ([]byte, error) { return AppendCanonicalJSON(nil, v) }
+
+// AppendCanonicalJSON appends the canonical JSON of v to dst: a value of
+// megabytes (a batch's manifest) lands behind what dst holds in one copy,
+// not in a buffer of its own copied again.
+func AppendCanonicalJSON(dst []byte, v any) ([]byte, error) {
+	buf := bytes.NewBuffer(dst)
+	enc := json.NewEncoder(buf)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(v); err != nil {
-		return nil, err
+		return dst, err
 	}
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }

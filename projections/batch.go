@@ -433,10 +433,20 @@ func (c *applyCtx) seal() error {
 	for i := range entries {
 		m.Groups[i] = entries[i].Group
 	}
-	body, err := events.CanonicalJSON(m)
+	// The decision is written where the manifest is encoded, behind its
+	// envelope: a manifest is megabytes at a large batch, and a copy of it
+	// for its digest and another into the envelope were a third of the
+	// seal's garbage.
+	env := c.envelope(KindBatchSealed, k)
+	head, err := envelopeHead(env)
+	if err != nil {
+		return fmt.Errorf("projections: encode %s: %w", KindBatchSealed, err)
+	}
+	v, err := events.AppendCanonicalJSON(head, m)
 	if err != nil {
 		return err
 	}
+	body := v[len(head):]
 	h := sha256.New()
 	h.Write(body)
 	var samples []byte
@@ -482,28 +492,27 @@ func (c *applyCtx) seal() error {
 		}
 	}
 	c.h.sealed, c.h.open, c.h.drops = k, 0, 0
-	data, err := withDigest(body, m.Digest)
-	if err != nil {
+	if v, err = appendDigest(v, m.Digest); err != nil {
 		return err
 	}
-	return c.emitJSON(KindBatchSealed, k, data, samples, &m)
+	c.push(env, k, append(v, '}'), len(head), samples, &m)
+	return nil
 }
 
-// withDigest is the canonical JSON of a manifest whose encoding without
-// its digest is body: the digest is its last field, left out when empty,
-// so it is body with the field appended. A manifest is megabytes at a
-// large batch, and encoding it again was a fifth of the seal
-// (TestManifestWithDigest holds the two the same).
-func withDigest(body []byte, digest string) ([]byte, error) {
+// appendDigest turns b, which ends with the canonical JSON of a manifest
+// without its digest, into one that ends with the manifest's with it: the
+// digest is its last field, left out when empty, so the field goes before
+// the closing brace. A manifest is megabytes at a large batch, and
+// encoding it again was a fifth of the seal (TestManifestWithDigest holds
+// the two the same).
+func appendDigest(b []byte, digest string) ([]byte, error) {
 	q, err := events.CanonicalJSON(digest)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]byte, 0, len(body)+len(q)+12)
-	out = append(out, body[:len(body)-1]...)
-	out = append(out, `,"digest":`...)
-	out = append(out, q...)
-	return append(out, '}'), nil
+	b = append(b[:len(b)-1], `,"digest":`...)
+	b = append(b, q...)
+	return append(b, '}'), nil
 }
 
 func batchStats(entries []openGroup, k uint64) BatchStats {

@@ -27,12 +27,14 @@ func TestManifestWithDigest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := withDigest(body, m.Digest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("manifest with its digest appended:\n got %s\nwant %s", got, want)
+	for _, prefix := range []string{"", `{"data":`} {
+		got, err := appendDigest(append([]byte(prefix), body...), m.Digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w := prefix + string(want); string(got) != w {
+			t.Errorf("manifest with its digest appended:\n got %s\nwant %s", got, w)
+		}
 	}
 }
 

@@ -533,39 +533,60 @@ func (c *applyCtx) emit(kind events.Type, seq uint64, data any, samples []byte) 
 // emitJSON is emit for data already in canonical JSON; m is the manifest
 // of a batch.sealed.
 func (c *applyCtx) emitJSON(kind events.Type, seq uint64, data []byte, samples []byte, m *Manifest) error {
-	id := events.DecisionID(c.run, kind, seq)
-	v, at, err := envelopeJSON(Envelope{
-		ID: id, Run: c.run, Type: kind, V: DecisionSchemaVersion, Source: DecisionSource,
-		RuleVersion: c.rules, Fact: c.pos,
-	}, data)
+	e := c.envelope(kind, seq)
+	v, at, err := envelopeJSON(e, data)
 	if err != nil {
 		return fmt.Errorf("projections: encode %s: %w", kind, err)
 	}
-	c.out = append(c.out, Decision{ID: id, Run: c.run, Kind: kind, Seq: seq, Value: v, Samples: samples,
-		Data: v[at : at+len(data) : at+len(data)], Manifest: m, Fact: c.pos})
+	c.push(e, seq, v, at, samples, m)
 	return nil
 }
 
+// envelope is the envelope of the decision of kind with seq that the
+// record being applied causes, without its data.
+func (c *applyCtx) envelope(kind events.Type, seq uint64) Envelope {
+	return Envelope{
+		ID: events.DecisionID(c.run, kind, seq), Run: c.run, Type: kind, V: DecisionSchemaVersion,
+		Source: DecisionSource, RuleVersion: c.rules, Fact: c.pos,
+	}
+}
+
+// push appends the decision of envelope e with seq whose canonical JSON is
+// v, its data from at to the envelope's closing brace.
+func (c *applyCtx) push(e Envelope, seq uint64, v []byte, at int, samples []byte, m *Manifest) {
+	end := len(v) - 1
+	c.out = append(c.out, Decision{ID: e.ID, Run: e.Run, Kind: e.Type, Seq: seq, Value: v, Samples: samples,
+		Data: v[at:end:end], Manifest: m, Fact: e.Fact})
+}
+
 // envelopeJSON is the canonical JSON of e with data, canonical JSON, as
-// its Data, and where data starts in it. Data is the envelope's last
-// field, so data goes in place of a placeholder as it is: encoding/json
-// would check and copy it again, all of a batch's manifest
-// (TestEnvelopeJSON holds the two the same).
+// its Data, and where data starts in it: data put after envelopeHead as
+// it is, since encoding/json would check and copy it again, all of a
+// batch's manifest (TestEnvelopeJSON holds the two the same).
 func envelopeJSON(e Envelope, data []byte) ([]byte, int, error) {
+	head, err := envelopeHead(e)
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]byte, 0, len(head)+len(data)+1)
+	out = append(out, head...)
+	out = append(out, data...)
+	return append(out, '}'), len(head), nil
+}
+
+// envelopeHead is the canonical JSON of e up to its data: Data is the
+// envelope's last field, so what follows is the data and a closing brace.
+func envelopeHead(e Envelope) ([]byte, error) {
 	const tail = `"data":0}`
 	e.Data = json.RawMessage("0")
 	head, err := events.CanonicalJSON(e)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	if !bytes.HasSuffix(head, []byte(tail)) {
-		return nil, 0, fmt.Errorf("the envelope's encoding does not end with its data: %.40q", head[max(0, len(head)-40):])
+		return nil, fmt.Errorf("the envelope's encoding does not end with its data: %.40q", head[max(0, len(head)-40):])
 	}
-	out := make([]byte, 0, len(head)+len(data))
-	out = append(out, head[:len(head)-2]...)
-	at := len(out)
-	out = append(out, data...)
-	return append(out, '}'), at, nil
+	return head[:len(head)-2], nil
 }
 
 func (c *applyCtx) finding(f Finding) error {
