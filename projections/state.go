@@ -1,6 +1,7 @@
 package projections
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -51,6 +52,12 @@ func sealedKey(k uint64) []byte        { return strconv.AppendUint([]byte(pfxSea
 
 // appendEventKey appends the dedup key of event id to b.
 func appendEventKey(b []byte, id string) []byte { return append(append(b, pfxEvent...), id...) }
+
+// IsPayloadKey reports whether key holds a turn's inline tokens: a value
+// of kilobytes or more, set once when the turn arrives, read when its batch
+// is sealed (or its samples exported) and deleted then or when its attempt
+// is dropped. A Store may keep such values apart from the others.
+func IsPayloadKey(key []byte) bool { return bytes.HasPrefix(key, []byte(pfxTurn)) }
 
 func turnKey(attempt string, turn int64) []byte {
 	k := make([]byte, 0, len(pfxTurn)+len(attempt)+1+4)

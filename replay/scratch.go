@@ -37,14 +37,16 @@ func openScratch(dir string, src Source) (*scratch, error) {
 	if b, ok := src.(FactsBounder); ok {
 		facts = b.FactsBound()
 	}
-	return &scratch{Spill: s, dedup: newDedupIndex(s.Dir(), facts)}, nil
+	return &scratch{Spill: s, dedup: newDedupIndex(s.Dir(), facts), payloads: newPayloadLog(s.Dir())}, nil
 }
 
 // scratch is a pass's fold state: the dedup index's keys in a dedupIndex,
-// every other key in the spill.
+// turns' inline tokens in a payloadLog (the spill holding their
+// references), every other key in the spill.
 type scratch struct {
 	*foldstore.Spill
-	dedup *dedupIndex
+	dedup    *dedupIndex
+	payloads *payloadLog
 	// The event key parsed last and its id: the fold sets a new id's
 	// entry right after looking it up, with the same key.
 	lastKey [projections.EventKeyLen]byte
@@ -70,7 +72,25 @@ func (s *scratch) Get(k []byte) ([]byte, bool, error) {
 	if id, ok := s.keyID(k); ok {
 		return s.dedup.get(id)
 	}
+	if projections.IsPayloadKey(k) {
+		ref, ok, err := s.Spill.Get(k)
+		if err != nil || !ok {
+			return nil, false, err
+		}
+		v, err := s.payloads.read(ref)
+		return v, err == nil, err
+	}
 	return s.Spill.Get(k)
+}
+
+// releasePayload counts the value k referred to, if any, as deleted from
+// the log.
+func (s *scratch) releasePayload(k []byte) error {
+	ref, ok, err := s.Spill.Get(k)
+	if err != nil || !ok {
+		return err
+	}
+	return s.payloads.release(ref)
 }
 
 // Set implements projections.Store.
@@ -81,6 +101,16 @@ func (s *scratch) Set(k, v []byte) error {
 		}
 		return s.dedup.set(id, dedupSum(v))
 	}
+	if projections.IsPayloadKey(k) {
+		if err := s.releasePayload(k); err != nil {
+			return err
+		}
+		ref, err := s.payloads.append(v)
+		if err != nil {
+			return err
+		}
+		return s.Spill.Set(k, ref[:])
+	}
 	return s.Spill.Set(k, v)
 }
 
@@ -89,12 +119,18 @@ func (s *scratch) Delete(k []byte) error {
 	if _, ok := s.keyID(k); ok {
 		return fmt.Errorf("replay: dedup index: entries are never deleted (%q)", k)
 	}
+	if projections.IsPayloadKey(k) {
+		if err := s.releasePayload(k); err != nil {
+			return err
+		}
+	}
 	return s.Spill.Delete(k)
 }
 
 // Close removes the state.
 func (s *scratch) Close() error {
 	err := s.dedup.close()
+	s.payloads.close()
 	if cerr := s.Spill.Close(); err == nil {
 		err = cerr
 	}
