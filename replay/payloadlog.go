@@ -38,9 +38,9 @@ type payloadLog struct {
 	dir     string
 	segment int64 // [payloadSegment]
 	segs    map[uint32]*payloadSeg
-	cur  uint32 // the segment appended to
-	w    *bufio.Writer
-	next uint32 // the name of the next segment
+	cur     uint32 // the segment appended to
+	w       *bufio.Writer
+	next    uint32 // the name of the next segment
 }
 
 // payloadSeg is a segment file, removed from its directory when made (it
