@@ -434,9 +434,8 @@ func (c *applyCtx) seal() error {
 		m.Groups[i] = entries[i].Group
 	}
 	// The decision is written where the manifest is encoded, behind its
-	// envelope: a manifest is megabytes at a large batch, and a copy of it
-	// for its digest and another into the envelope were a third of the
-	// seal's garbage.
+	// envelope: a manifest is megabytes at a large batch, and it was
+	// copied twice more, with its digest and behind the envelope.
 	env := c.envelope(KindBatchSealed, k)
 	head, err := envelopeHead(env)
 	if err != nil {
