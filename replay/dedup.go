@@ -333,17 +333,11 @@ type runWriter struct {
 	w *bufio.Writer
 }
 
-// create makes an empty run file for n entries, removed from the
-// directory at once: it lives while it is open.
+// create makes an empty run file for n entries (createUnlinked).
 func (d *dedupIndex) create(n int) (*dedupRun, *runWriter, error) {
-	path := filepath.Join(d.dir, fmt.Sprintf("dedup-%06d", d.next))
+	f, err := createUnlinked(d.dir, fmt.Sprintf("dedup-%06d", d.next))
 	d.next++
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return nil, nil, fmt.Errorf("replay: dedup index: %w", err)
-	}
-	if err := os.Remove(path); err != nil {
-		f.Close()
 		return nil, nil, fmt.Errorf("replay: dedup index: %w", err)
 	}
 	r := &dedupRun{f: f, filter: newBloom(d.arena, n*dedupRunBits/8)}
@@ -423,4 +417,20 @@ func (d *dedupIndex) close() error {
 	d.runs, d.filter, d.mem, d.slots, d.spare = nil, bloom{}, nil, nil, nil
 	d.arena.free()
 	return first
+}
+
+// createUnlinked makes a new file name in dir, for reading and writing,
+// and removes it from the directory at once: it lives while it is open,
+// and nothing is left behind by a pass that ends without closing it.
+func createUnlinked(dir, name string) (*os.File, error) {
+	path := filepath.Join(dir, name)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Remove(path); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
-	"path/filepath"
 )
 
 // A turn's inline tokens are the largest values a fold stores, kilobytes
@@ -43,8 +42,8 @@ type payloadLog struct {
 	next    uint32 // the name of the next segment
 }
 
-// payloadSeg is a segment file, removed from its directory when made (it
-// lives while it is open), and the bytes of its values not deleted yet.
+// payloadSeg is a segment file (createUnlinked) and the bytes of its
+// values not deleted yet.
 type payloadSeg struct {
 	f       *os.File
 	size    int64 // bytes appended, buffered or not
@@ -90,12 +89,10 @@ func (l *payloadLog) start() (*payloadSeg, error) {
 			l.remove(l.cur)
 		}
 	}
-	path := filepath.Join(l.dir, fmt.Sprintf("payloads-%06d", l.next))
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := createUnlinked(l.dir, fmt.Sprintf("payloads-%06d", l.next))
 	if err != nil {
 		return nil, fmt.Errorf("replay: payload log: %w", err)
 	}
-	os.Remove(path)
 	s := &payloadSeg{f: f}
 	l.cur = l.next
 	l.next++
