@@ -34,12 +34,11 @@ const payloadRefLen = 4 + 8 + 4
 type payloadRef = [payloadRefLen]byte
 
 type payloadLog struct {
-	dir     string
-	segment int64 // [payloadSegment]
-	segs    map[uint32]*payloadSeg
-	cur     uint32 // the segment appended to
-	w       *bufio.Writer
-	next    uint32 // the name of the next segment
+	dir  string
+	segs map[uint32]*payloadSeg
+	cur  uint32 // the segment appended to
+	w    *bufio.Writer
+	next uint32 // the name of the next segment
 }
 
 // payloadSeg is a segment file (createUnlinked) and the bytes of its
@@ -52,7 +51,7 @@ type payloadSeg struct {
 }
 
 func newPayloadLog(dir string) *payloadLog {
-	return &payloadLog{dir: dir, segment: payloadSegment, segs: map[uint32]*payloadSeg{}}
+	return &payloadLog{dir: dir, segs: map[uint32]*payloadSeg{}}
 }
 
 // append writes v to the log and returns its reference.
@@ -62,7 +61,7 @@ func (l *payloadLog) append(v []byte) (payloadRef, error) {
 		return ref, fmt.Errorf("replay: payload log: a %d-byte value", len(v))
 	}
 	s := l.segs[l.cur]
-	if s == nil || s.size >= l.segment {
+	if s == nil || s.size >= payloadSegment {
 		var err error
 		if s, err = l.start(); err != nil {
 			return ref, err
@@ -175,9 +174,8 @@ func (l *payloadLog) remove(id uint32) {
 func (l *payloadLog) segments() int { return len(l.segs) }
 
 // close removes every segment.
-func (l *payloadLog) close() error {
+func (l *payloadLog) close() {
 	for id := range l.segs {
 		l.remove(id)
 	}
-	return nil
 }

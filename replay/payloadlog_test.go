@@ -16,9 +16,10 @@ import (
 // replay with tokens relies on to read a batch's turns at its seal and to
 // keep its disk to the tokens in flight.
 func TestPayloadLog(t *testing.T) {
+	defer func(n int64) { payloadSegment = n }(payloadSegment)
+	payloadSegment = 10_000
 	dir := t.TempDir()
 	l := newPayloadLog(dir)
-	l.segment = 10_000
 	defer l.close()
 	value := func(i int) []byte { return bytes.Repeat([]byte{byte(i)}, 1000+i) }
 	var refs []payloadRef
