@@ -85,6 +85,29 @@ type bound struct {
 	Field         string
 	Scale, Offset float64
 	Minus         string
+
+	// at and minusAt are Field's and Minus's index in the spec of the
+	// struct the bound's rule was compiled for (-1: none), set in the
+	// compiled copy of the bound (compileRules): the rules run for every
+	// fact, and looking the names up each time was most of their work.
+	at, minusAt int
+	resolved    bool
+}
+
+// resolve returns a copy of b whose fields are looked up in s, or nil.
+func (b *bound) resolve(s *spec) *bound {
+	if b == nil {
+		return nil
+	}
+	r := *b
+	r.at, r.minusAt, r.resolved = -1, -1, true
+	if i, ok := s.byName[b.Field]; ok && b.Field != "" {
+		r.at = i
+	}
+	if i, ok := s.byName[b.Minus]; ok && b.Minus != "" {
+		r.minusAt = i
+	}
+	return &r
 }
 
 func num(v float64) *bound            { return &bound{Value: v} }
@@ -138,6 +161,9 @@ type compiledRules struct {
 	messages          [][]segment
 	// formatCheck is each rule's Format check (nil for none), looked up once.
 	formatCheck []func(string) string
+	// itemsAt is, for each rule with Items, the struct field index of
+	// that member in the elements' type (-1 for none), looked up once.
+	itemsAt []int
 }
 
 // placeholders are the names a message may use besides the fields'.
@@ -154,6 +180,15 @@ func compileRules(t reflect.Type, s *spec) *compiledRules {
 		return nil
 	}
 	rs := reflect.New(t).Interface().(ruled).ruleSet()
+	// The rules' own copies, whose bounds know their fields' indices in s
+	// (a ruleSet's rules may be shared with another version's struct).
+	rs.rules = slices.Clone(rs.rules)
+	for i := range rs.rules {
+		r := &rs.rules[i]
+		for _, b := range []**bound{&r.Minimum, &r.Maximum, &r.ExclusiveMinimum, &r.ExclusiveMaximum, &r.Length, &r.MinItems, &r.MaxItems, &r.First} {
+			*b = (*b).resolve(s)
+		}
+	}
 	c := &compiledRules{ruleSet: rs, spec: s}
 	if rs.defaults != nil {
 		c.defaultValue = reflect.ValueOf(rs.defaults)
@@ -185,9 +220,16 @@ func compileRules(t reflect.Type, s *spec) *compiledRules {
 			if ft.Kind() != reflect.Slice && ft.Kind() != reflect.Pointer || ft.Elem().Kind() != reflect.Struct {
 				bad(r, "items applies to an array of objects or an object, not %s", ft)
 			}
-			if _, ok := specOf(ft.Elem()).byName[r.Items]; !ok {
+			es := specOf(ft.Elem())
+			j, ok := es.byName[r.Items]
+			if !ok {
 				bad(r, "%q is not a member of %s", r.Items, ft.Elem().Name())
 			}
+			c.itemsAt = append(c.itemsAt, es.fields[j].index)
+		} else {
+			c.itemsAt = append(c.itemsAt, -1)
+		}
+		if r.Items != "" {
 		} else if r.Ascending && (ft.Kind() != reflect.Slice || !scalarKind(ft.Elem().Kind())) {
 			bad(r, "ascending without items applies to an array of strings or numbers, not %s", ft)
 		} else if r.First != nil || r.From != 0 {
@@ -315,14 +357,21 @@ func (c *compiledRules) bound(rv reflect.Value, b *bound) (number, bool) {
 		}
 		return number{f: b.Value}, true
 	}
-	v, ok := c.value(rv, b.Field)
+	at, minusAt := b.at, b.minusAt
+	if !b.resolved {
+		at, minusAt = c.spec.byName[b.Field], -1
+		if b.Minus != "" {
+			minusAt = c.spec.byName[b.Minus]
+		}
+	}
+	v, ok := c.valueAt(rv, at)
 	if !ok {
 		return number{}, false
 	}
 	n, ok := numberOf(v)
 	if b.Minus != "" {
 		m := int64(0)
-		if mv, present := c.value(rv, b.Minus); present {
+		if mv, present := c.valueAt(rv, minusAt); present {
 			mn, _ := numberOf(mv)
 			m = mn.i
 		}
@@ -434,9 +483,9 @@ func (c *compiledRules) checkAscending(rv reflect.Value, path string, i int, v r
 // that breaks it.
 func (c *compiledRules) checkItems(rv reflect.Value, path string, i int, v reflect.Value) *FieldError {
 	r := &c.rules[i]
+	member := c.itemsAt[i]
 	if v.Kind() == reflect.Struct {
-		es := specOf(v.Type())
-		x, _ := numberOf(v.Field(es.fields[es.byName[r.Items]].index))
+		x, _ := numberOf(v.Field(member))
 		bad := false
 		if b, ok := c.bound(rv, r.First); ok {
 			bad = less(x, b) || less(b, x)
@@ -446,8 +495,6 @@ func (c *compiledRules) checkItems(rv reflect.Value, path string, i int, v refle
 		}
 		return nil
 	}
-	es := specOf(v.Type().Elem())
-	member := es.fields[es.byName[r.Items]].index
 	var prev number
 	for j := 0; j < v.Len(); j++ {
 		x, _ := numberOf(v.Index(j).Field(member))
@@ -598,6 +645,9 @@ func formatValue(v reflect.Value) string {
 // object whose rules report all of their failures gives one error naming
 // the first, its detail listing them all.
 func checkRules(rv reflect.Value, s *spec, path string) *FieldError {
+	if s.fast != nil && rv.CanAddr() && s.fast(rv.Addr().UnsafePointer()) {
+		return nil
+	}
 	// Objects without rules, at any depth, have nothing to check here.
 	for _, i := range s.ruled {
 		fs := &s.fields[i]

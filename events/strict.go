@@ -31,6 +31,9 @@ type spec struct {
 	nested []int
 	ruled  []int
 	rules  *compiledRules
+	// fast is rules compiled to plain reads (rulesfast.go), nil when a
+	// rule has a form not compiled or the type holds objects with rules.
+	fast fastRules
 	// binary lists the fields carried as base64 binary (catalogue v2).
 	binary []int
 	// emptyable lists the fields dropEmptyOptional visits.
@@ -181,6 +184,9 @@ func buildSpec(t reflect.Type) *spec {
 		if inner.rules != nil || len(inner.ruled) > 0 {
 			s.ruled = append(s.ruled, i)
 		}
+	}
+	if len(s.ruled) == 0 {
+		s.fast = compileFastRules(t, s.rules)
 	}
 	specsAdd.Lock()
 	defer specsAdd.Unlock()
