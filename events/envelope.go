@@ -564,8 +564,10 @@ func decodeData(env envelope, at time.Time, st *decodeState, unchecked bool) (Ev
 	wire := version.newWire()
 	dv := reflect.ValueOf(wire).Elem()
 	ds := version.spec()
-	if fe := decodeObjectOf(env.Data, dv, ds, "data", st, unchecked); fe != nil {
-		return Event{}, fe
+	if !decodeDataFast(env.Data, dv, ds, st) {
+		if fe := decodeObjectOf(env.Data, dv, ds, "data", st, unchecked); fe != nil {
+			return Event{}, fe
+		}
 	}
 	if fe := checkRules(dv, ds, "data"); fe != nil {
 		return Event{}, fe
@@ -573,6 +575,28 @@ func decodeData(env envelope, at time.Time, st *decodeState, unchecked bool) (Ev
 	dropEmptyOptional(dv, ds)
 	ev.Data = upcast(versions, env.V, wire)
 	return ev, nil
+}
+
+// decodeDataFast decodes data, a fact's, into the struct dv of spec ds in
+// one pass (fastobject.go), or reports false and leaves dv and st as they
+// were, for decodeObjectOf.
+func decodeDataFast(data []byte, dv reflect.Value, ds *spec, st *decodeState) bool {
+	if ds.object == nil || st != nil && st.general {
+		return false
+	}
+	var binary int
+	if st != nil {
+		binary = len(st.binary)
+	}
+	end, ok := ds.object.decode(data, skipSpace(data, 0), dv.Addr().UnsafePointer(), st.dataDepth(), "data", st)
+	if ok && skipSpace(data, end) == len(data) {
+		return true
+	}
+	dv.SetZero()
+	if st != nil {
+		st.binary = st.binary[:binary]
+	}
+	return false
 }
 
 // Encode writes ev in canonical form (see the package documentation), in

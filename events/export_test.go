@@ -17,7 +17,7 @@ var ValidJSON = func(b []byte) bool { return validJSON(b, 0) }
 // ingest holds new facts to. The fast path must agree with it on every
 // input.
 func DecodeGeneral(record []byte, ingest bool) (Event, error) {
-	st := decodeState{ingest: ingest}
+	st := decodeState{ingest: ingest, general: true}
 	ev, fe := decodeGeneral(record, &st)
 	if fe != nil {
 		return Event{}, fe

@@ -286,8 +286,9 @@ func factSeeds(f *testing.F) (seeds []struct {
 
 // FuzzFactData mutates the data of each fact type and version under a
 // fixed, valid envelope, so that every type's rules are explored: the
-// event either decodes to a fixpoint of the canonical encoding or is
-// refused with a known code naming a field of its data. The first byte
+// event decodes as the general path decodes it, and either decodes to a
+// fixpoint of the canonical encoding or is refused with a known code
+// naming a field of its data. The first byte
 // picks the type and the version (see factSeeds); seeds of the bytes below
 // len(FactTypes) are version 1.
 func FuzzFactData(f *testing.F) {
@@ -299,6 +300,16 @@ func FuzzFactData(f *testing.F) {
 		ft := types[int(typ)%len(types)]
 		v := 1 + int(typ)/len(types)%events.CurrentVersion(ft)
 		record := fmt.Appendf(nil, `{"id":"0192f0c4-7a1e-7c3b-9d2e-4b1f8a6c0d11","run":"fuzz","type":%q,"v":%d,"at":"2026-11-29T19:10:00Z","source":"fuzz","data":%s}`, ft, v, data)
+		// The data's one-pass decoding (fastobject.go) against the general
+		// path: the same event or the same refusal, read from the log and
+		// as a new fact.
+		for _, ingest := range []bool{false, true} {
+			got, gerr := events.DecodeAs(record, ingest)
+			want, werr := events.DecodeGeneral(record, ingest)
+			if fmt.Sprint(gerr) != fmt.Sprint(werr) || !reflect.DeepEqual(got, want) {
+				t.Fatalf("ingest %v, %s v%d data %q:\nfast    %#v, %v\ngeneral %#v, %v", ingest, ft, v, data, got, gerr, want, werr)
+			}
+		}
 		ev, err := events.Decode(record)
 		if err != nil {
 			fe := checkRefusal(t, err, 0)

@@ -34,6 +34,8 @@ type spec struct {
 	// fast is rules compiled to plain reads (rulesfast.go), nil when a
 	// rule has a form not compiled or the type holds objects with rules.
 	fast fastRules
+	// object decodes the type's objects in one pass (fastobject.go).
+	object *fastObject
 	// binary lists the fields carried as base64 binary (catalogue v2).
 	binary []int
 	// emptyable lists the fields dropEmptyOptional visits.
@@ -188,6 +190,7 @@ func buildSpec(t reflect.Type) *spec {
 	if len(s.ruled) == 0 {
 		s.fast = compileFastRules(t, s.rules)
 	}
+	s.object = newFastObject(t, s)
 	specsAdd.Lock()
 	defer specsAdd.Unlock()
 	var next map[reflect.Type]*spec
@@ -246,6 +249,9 @@ type decodeState struct {
 	// arena, when set, is where the data's own binary fields decode to
 	// (see Canonicalizer).
 	arena *wordArena
+	// general keeps the data off its one-pass decoding (fastobject.go),
+	// for the tests that hold that to the general path.
+	general bool
 	// enclosing counts the arrays around the record: 1 for an event of a
 	// batch, read without checkDepth's pass over the whole body (see
 	// decodeBatchFast).
@@ -393,47 +399,58 @@ func decodeObjectOf(raw []byte, rv reflect.Value, s *spec, path string, st *deco
 			}
 			continue
 		}
-		// A field's path is made for errors and for the objects it holds;
-		// below the data's own fields it costs an allocation, so a scalar
-		// there is decoded under the empty path and its error's field is
-		// completed if it fails.
-		relative := path != "" && path != "data" && !fs.holdsObjects && fs.format == ""
-		var fpath string
-		if !relative {
-			fpath = fs.path(path)
-		}
-		if isNull(val) {
-			return fieldErr(fs.path(path), ErrWrongType, "null is not allowed")
-		}
-		ingest := st != nil && st.ingest
-		if ingest && !fs.holdsObjects {
-			// The general decoder would turn the escape into U+FFFD: text
-			// other than what the producer sent.
-			if esc, ok := loneSurrogate(val); ok {
-				return fieldErr(fs.path(path), ErrInvalidValue, "%s is half of a UTF-16 surrogate pair, alone: not a Unicode character", esc)
-			}
-		}
-		if fs.format != "" {
-			text, fe := decodeBinary(val, rv.Field(fs.index), fs, fpath, st.words())
-			if fe != nil {
-				return fe
-			}
-			if st != nil && !st.inner && text != nil {
-				st.binary = append(st.binary, binaryText{field: i, text: text})
-			}
-			continue
-		}
-		if fe := decodeValue(val, rv.Field(fs.index), fs, fpath, st.nested()); fe != nil {
-			if relative {
-				// decodeValue names the field "" and its parts "[i]" or ".key".
-				fe.Field = fs.path(path) + fe.Field
-			}
+		if fe := decodeField(val, rv, s, i, path, st); fe != nil {
 			return fe
 		}
-		if ingest && fs.id {
-			if fe := checkIDSegments(rv.Field(fs.index).String(), fs, path); fe != nil {
-				return fe
-			}
+	}
+	return nil
+}
+
+// decodeField is the general path of one member of an object: val, the
+// value of field i of s, decoded into the struct rv and checked. path is
+// the object's.
+func decodeField(val []byte, rv reflect.Value, s *spec, i int, path string, st *decodeState) *FieldError {
+	fs := &s.fields[i]
+	// A field's path is made for errors and for the objects it holds;
+	// below the data's own fields it costs an allocation, so a scalar
+	// there is decoded under the empty path and its error's field is
+	// completed if it fails.
+	relative := path != "" && path != "data" && !fs.holdsObjects && fs.format == ""
+	var fpath string
+	if !relative {
+		fpath = fs.path(path)
+	}
+	if isNull(val) {
+		return fieldErr(fs.path(path), ErrWrongType, "null is not allowed")
+	}
+	ingest := st != nil && st.ingest
+	if ingest && !fs.holdsObjects {
+		// The general decoder would turn the escape into U+FFFD: text
+		// other than what the producer sent.
+		if esc, ok := loneSurrogate(val); ok {
+			return fieldErr(fs.path(path), ErrInvalidValue, "%s is half of a UTF-16 surrogate pair, alone: not a Unicode character", esc)
+		}
+	}
+	if fs.format != "" {
+		text, fe := decodeBinary(val, rv.Field(fs.index), fs, fpath, st.words())
+		if fe != nil {
+			return fe
+		}
+		if st != nil && !st.inner && text != nil {
+			st.binary = append(st.binary, binaryText{field: i, text: text})
+		}
+		return nil
+	}
+	if fe := decodeValue(val, rv.Field(fs.index), fs, fpath, st.nested()); fe != nil {
+		if relative {
+			// decodeValue names the field "" and its parts "[i]" or ".key".
+			fe.Field = fs.path(path) + fe.Field
+		}
+		return fe
+	}
+	if ingest && fs.id {
+		if fe := checkIDSegments(rv.Field(fs.index).String(), fs, path); fe != nil {
+			return fe
 		}
 	}
 	return nil
