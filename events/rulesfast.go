@@ -343,25 +343,20 @@ func compileFastAscending(f fastField) func(p unsafe.Pointer) bool {
 	}
 	switch f.elem.Kind() {
 	case reflect.String:
-		return func(p unsafe.Pointer) bool {
-			v := *(*[]string)(f.at(p))
-			for j := 1; j < len(v); j++ {
-				if !(v[j-1] < v[j]) {
-					return false
-				}
-			}
-			return true
-		}
+		return func(p unsafe.Pointer) bool { return strictlyAscending(*(*[]string)(f.at(p))) }
 	case reflect.Int64:
-		return func(p unsafe.Pointer) bool {
-			v := *(*[]int64)(f.at(p))
-			for j := 1; j < len(v); j++ {
-				if !(v[j-1] < v[j]) {
-					return false
-				}
-			}
-			return true
-		}
+		return func(p unsafe.Pointer) bool { return strictlyAscending(*(*[]int64)(f.at(p))) }
 	}
 	return nil
+}
+
+// strictlyAscending reports whether each element of v is greater than the
+// one before it.
+func strictlyAscending[T string | int64](v []T) bool {
+	for j := 1; j < len(v); j++ {
+		if !(v[j-1] < v[j]) {
+			return false
+		}
+	}
+	return true
 }
