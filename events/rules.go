@@ -88,10 +88,10 @@ type bound struct {
 
 	// at and minusAt are Field's and Minus's index in the spec of the
 	// struct the bound's rule was compiled for (-1: none), set in the
-	// compiled copy of the bound (compileRules): the rules run for every
-	// fact, and looking the names up each time was most of their work.
+	// compiled copy of the bound (compileRules), the one the checks read:
+	// the rules run for every fact, and looking the names up each time
+	// was most of their work.
 	at, minusAt int
-	resolved    bool
 }
 
 // resolve returns a copy of b whose fields are looked up in s, or nil.
@@ -100,7 +100,7 @@ func (b *bound) resolve(s *spec) *bound {
 		return nil
 	}
 	r := *b
-	r.at, r.minusAt, r.resolved = -1, -1, true
+	r.at, r.minusAt = -1, -1
 	if i, ok := s.byName[b.Field]; ok && b.Field != "" {
 		r.at = i
 	}
@@ -216,7 +216,9 @@ func compileRules(t reflect.Type, s *spec) *compiledRules {
 			c.requiredBy = append(c.requiredBy, -1)
 		}
 		ft := s.fields[s.byName[r.Field]].typ
-		if r.Items != "" {
+		member := -1
+		switch {
+		case r.Items != "":
 			if ft.Kind() != reflect.Slice && ft.Kind() != reflect.Pointer || ft.Elem().Kind() != reflect.Struct {
 				bad(r, "items applies to an array of objects or an object, not %s", ft)
 			}
@@ -225,16 +227,13 @@ func compileRules(t reflect.Type, s *spec) *compiledRules {
 			if !ok {
 				bad(r, "%q is not a member of %s", r.Items, ft.Elem().Name())
 			}
-			c.itemsAt = append(c.itemsAt, es.fields[j].index)
-		} else {
-			c.itemsAt = append(c.itemsAt, -1)
-		}
-		if r.Items != "" {
-		} else if r.Ascending && (ft.Kind() != reflect.Slice || !scalarKind(ft.Elem().Kind())) {
+			member = es.fields[j].index
+		case r.Ascending && (ft.Kind() != reflect.Slice || !scalarKind(ft.Elem().Kind())):
 			bad(r, "ascending without items applies to an array of strings or numbers, not %s", ft)
-		} else if r.First != nil || r.From != 0 {
+		case r.First != nil || r.From != 0:
 			bad(r, "first and from need items")
 		}
+		c.itemsAt = append(c.itemsAt, member)
 		var key *regexp.Regexp
 		if r.PropertyNames != "" {
 			key = regexp.MustCompile(r.PropertyNames)
@@ -357,21 +356,14 @@ func (c *compiledRules) bound(rv reflect.Value, b *bound) (number, bool) {
 		}
 		return number{f: b.Value}, true
 	}
-	at, minusAt := b.at, b.minusAt
-	if !b.resolved {
-		at, minusAt = c.spec.byName[b.Field], -1
-		if b.Minus != "" {
-			minusAt = c.spec.byName[b.Minus]
-		}
-	}
-	v, ok := c.valueAt(rv, at)
+	v, ok := c.valueAt(rv, b.at)
 	if !ok {
 		return number{}, false
 	}
 	n, ok := numberOf(v)
 	if b.Minus != "" {
 		m := int64(0)
-		if mv, present := c.valueAt(rv, minusAt); present {
+		if mv, present := c.valueAt(rv, b.minusAt); present {
 			mn, _ := numberOf(mv)
 			m = mn.i
 		}

@@ -123,9 +123,6 @@ func fastBound(t reflect.Type, s *spec, b *bound) (func(p unsafe.Pointer) (numbe
 		}
 		return func(unsafe.Pointer) (number, bool) { return n, true }, true
 	}
-	if !b.resolved {
-		return nil, false
-	}
 	f, ok := fieldOf(t, s, b.at)
 	if !ok || !numeric(f.kind) {
 		return nil, false
