@@ -2,7 +2,9 @@ package events
 
 import (
 	"bytes"
+	"math"
 	"reflect"
+	"strconv"
 	"unsafe"
 )
 
@@ -28,14 +30,18 @@ import (
 type fastOp uint8
 
 const (
-	opField     fastOp = iota // decodeField
-	opString                  // a string without escapes
-	opInt                     // an integer into an int
-	opInt64                   // ... an int64
-	opInt32                   // ... an int32
-	opBool                    // true or false
-	opStructs                 // an array of objects
-	opPtrStruct               // an object, into a new struct
+	opField      fastOp = iota // decodeField
+	opString                   // a string without escapes
+	opInt                      // an integer into an int
+	opInt64                    // ... an int64
+	opInt32                    // ... an int32
+	opBool                     // true or false
+	opStructs                  // an array of objects
+	opPtrStruct                // an object, into a new struct
+	opPtrInt                   // an integer, into a new int
+	opPtrInt64                 // ... a new int64
+	opPtrFloat64               // a number, into a new float64
+	opStrings                  // an array of strings without escapes
 )
 
 type fastObject struct {
@@ -89,6 +95,14 @@ func newFastObject(t reflect.Type, s *spec) *fastObject {
 			m.op = opInt32
 		case k == reflect.Bool:
 			m.op = opBool
+		case k == reflect.Pointer && fs.typ.Elem().Kind() == reflect.Int:
+			m.op = opPtrInt
+		case k == reflect.Pointer && fs.typ.Elem().Kind() == reflect.Int64:
+			m.op = opPtrInt64
+		case k == reflect.Pointer && fs.typ.Elem().Kind() == reflect.Float64:
+			m.op = opPtrFloat64
+		case k == reflect.Slice && fs.typ.Elem().Kind() == reflect.String:
+			m.op = opStrings
 		case fs.shape == shapeSliceStruct && fs.elem != nil && fs.elem.object != nil:
 			m.op, m.elem, m.typ = opStructs, fs.elem.object, fs.typ
 		case fs.shape == shapePtrStruct && fs.elem != nil && fs.elem.object != nil:
@@ -166,7 +180,7 @@ func (o *fastObject) decode(b []byte, i int, p unsafe.Pointer, depth int, path s
 				}
 			}
 			switch op {
-			case opInt, opInt64, opInt32:
+			case opInt, opInt64, opInt32, opPtrInt, opPtrInt64:
 				end, ok := validNumber(b, i)
 				if !ok {
 					return i, false
@@ -184,8 +198,32 @@ func (o *fastObject) decode(b []byte, i int, p unsafe.Pointer, depth int, path s
 					*(*int)(q) = int(n)
 				case opInt64:
 					*(*int64)(q) = n
-				default:
+				case opInt32:
 					*(*int32)(q) = int32(n)
+				case opPtrInt:
+					v := int(n)
+					*(**int)(q) = &v
+				default:
+					*(**int64)(q) = &n
+				}
+				i = end
+			case opPtrFloat64:
+				// The general path reads the number with encoding/json's
+				// Unmarshal, which parses it with strconv.ParseFloat.
+				end, ok := validNumber(b, i)
+				if !ok {
+					return i, false
+				}
+				f, err := strconv.ParseFloat(string(b[i:end]), 64)
+				if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || checkNumber(f, m.fs, "") != nil {
+					return i, false
+				}
+				*(**float64)(q) = &f
+				i = end
+			case opStrings:
+				end, ok := decodeStrings(b, i, q, m.fs)
+				if !ok {
+					return i, false
 				}
 				i = end
 			case opBool:
@@ -300,6 +338,58 @@ func (o *fastObject) decodeStructs(b []byte, i int, q unsafe.Pointer, m *fastMem
 		}
 	}
 	reflect.NewAt(m.typ, q).Elem().Set(out)
+	return end, true
+}
+
+// decodeStrings decodes the array of strings at b[i], each without
+// escapes and passing checkString for fs, into the []string at q.
+func decodeStrings(b []byte, i int, q unsafe.Pointer, fs *fieldSpec) (int, bool) {
+	if b[i] != '[' {
+		return i, false
+	}
+	var spans [maxItems][2]int
+	n, total := 0, 0
+	j := skipSpace(b, i+1)
+	if j >= len(b) {
+		return i, false
+	}
+	end := j + 1
+	if b[j] != ']' {
+		for {
+			if b[j] != '"' || n == maxItems {
+				return i, false
+			}
+			e, ok := validString(b, j)
+			if !ok {
+				return i, false
+			}
+			text := b[j+1 : e-1]
+			if bytes.IndexByte(text, '\\') >= 0 || checkString(unsafe.String(unsafe.SliceData(text), len(text)), fs, "") != nil {
+				return i, false
+			}
+			spans[n] = [2]int{j + 1, e - 1}
+			n++
+			total += len(text)
+			var more bool
+			if j, more, ok = validNext(b, e, ']'); !ok || j >= len(b) && more {
+				return i, false
+			}
+			if !more {
+				end = j
+				break
+			}
+		}
+	}
+	out := make([]string, n)
+	buf := make([]byte, 0, total)
+	for _, sp := range spans[:n] {
+		buf = append(buf, b[sp[0]:sp[1]]...)
+	}
+	text := unsafe.String(unsafe.SliceData(buf), len(buf))
+	for k, sp := range spans[:n] {
+		out[k], text = text[:sp[1]-sp[0]], text[sp[1]-sp[0]:]
+	}
+	*(*[]string)(q) = out
 	return end, true
 }
 
