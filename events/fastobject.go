@@ -13,10 +13,11 @@ import (
 // through reflection and checked. For a turn that was half of its
 // decoding. A fastObject decodes the same object in one pass, straight
 // into the struct's memory, for the shapes nearly every fact has: the
-// members in field order, strings, integers and booleans set directly,
-// arrays of objects and objects decoded the same way; any other member (a
-// binary field, an escaped string, a map, a number of another kind) goes
-// through decodeField, decodeObjectOf's own path for one member.
+// members in field order, strings, integers, booleans, numbers behind
+// pointers and arrays of plain strings set directly, arrays of objects
+// and objects decoded the same way; any other member (a binary field, an
+// escaped string, a map) goes through decodeField, decodeObjectOf's own
+// path for one member.
 //
 // It decides nothing of its own: an object it cannot decode exactly as
 // decodeObjectOf would (another order, an unknown or missing field, a
