@@ -351,26 +351,44 @@ func (c *compiledRules) bound(rv reflect.Value, b *bound) (number, bool) {
 		return number{}, false
 	}
 	if b.Field == "" {
-		if b.Value == math.Trunc(b.Value) && math.Abs(b.Value) < 1<<53 {
-			return number{i: int64(b.Value), f: b.Value, isInt: true}, true
-		}
-		return number{f: b.Value}, true
+		return b.constant(), true
 	}
 	v, ok := c.valueAt(rv, b.at)
 	if !ok {
 		return number{}, false
 	}
 	n, ok := numberOf(v)
+	if !ok {
+		return number{}, false
+	}
+	var minus int64
 	if b.Minus != "" {
-		m := int64(0)
 		if mv, present := c.valueAt(rv, b.minusAt); present {
 			mn, _ := numberOf(mv)
-			m = mn.i
+			minus = mn.i
 		}
-		return number{i: n.i - m, f: float64(n.i - m), isInt: true}, ok && n.isInt
 	}
-	if !ok || b.Scale == 1 && b.Offset == 0 {
-		return n, ok
+	return b.of(n, minus)
+}
+
+// constant is the value of a bound that names no field, exact as an
+// integer when it is one.
+func (b *bound) constant() number {
+	if b.Value == math.Trunc(b.Value) && math.Abs(b.Value) < 1<<53 {
+		return number{i: int64(b.Value), f: b.Value, isInt: true}
+	}
+	return number{f: b.Value}
+}
+
+// of is the value of a bound whose field holds n and whose Minus field
+// holds minus (0 when absent); a difference of numbers that are not
+// integers does not apply.
+func (b *bound) of(n number, minus int64) (number, bool) {
+	if b.Minus != "" {
+		return number{i: n.i - minus, f: float64(n.i - minus), isInt: true}, n.isInt
+	}
+	if b.Scale == 1 && b.Offset == 0 {
+		return n, true
 	}
 	// The conversion keeps the product from being fused with the sum:
 	// every implementation computes the bound with the same two roundings.

@@ -117,45 +117,33 @@ func fastBound(t reflect.Type, s *spec, b *bound) (func(p unsafe.Pointer) (numbe
 		return func(unsafe.Pointer) (number, bool) { return number{}, false }, true
 	}
 	if b.Field == "" {
-		n := number{f: b.Value}
-		if b.Value == math.Trunc(b.Value) && math.Abs(b.Value) < 1<<53 {
-			n = number{i: int64(b.Value), f: b.Value, isInt: true}
-		}
+		n := b.constant()
 		return func(unsafe.Pointer) (number, bool) { return n, true }, true
 	}
 	f, ok := fieldOf(t, s, b.at)
 	if !ok || !numeric(f.kind) {
 		return nil, false
 	}
+	var m *fastField
 	if b.Minus != "" {
-		m, ok := fieldOf(t, s, b.minusAt)
-		if !ok || !numeric(m.kind) {
+		mf, ok := fieldOf(t, s, b.minusAt)
+		if !ok || !numeric(mf.kind) {
 			return nil, false
 		}
-		return func(p unsafe.Pointer) (number, bool) {
-			q := f.at(p)
-			if q == nil {
-				return number{}, false
-			}
-			n := readNumber(q, f.kind)
-			var minus int64
-			if mq := m.at(p); mq != nil {
-				minus = readNumber(mq, m.kind).i
-			}
-			return number{i: n.i - minus, f: float64(n.i - minus), isInt: true}, n.isInt
-		}, true
+		m = &mf
 	}
-	scale, offset := b.Scale, b.Offset
 	return func(p unsafe.Pointer) (number, bool) {
 		q := f.at(p)
 		if q == nil {
 			return number{}, false
 		}
-		n := readNumber(q, f.kind)
-		if scale == 1 && offset == 0 {
-			return n, true
+		var minus int64
+		if m != nil {
+			if mq := m.at(p); mq != nil {
+				minus = readNumber(mq, m.kind).i
+			}
 		}
-		return number{f: float64(scale*n.f) + offset}, true
+		return b.of(readNumber(q, f.kind), minus)
 	}, true
 }
 
