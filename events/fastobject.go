@@ -2,7 +2,6 @@ package events
 
 import (
 	"bytes"
-	"math"
 	"reflect"
 	"strconv"
 	"unsafe"
@@ -63,13 +62,6 @@ type fastMember struct {
 	typ  reflect.Type
 }
 
-// strSpan is a string member's text in the object's bytes, and where its
-// field is.
-type strSpan struct {
-	off        uintptr
-	start, end int
-}
-
 // maxStrings and maxItems bound the string members of one object and the
 // elements of one array a fastObject decodes; past them, the general path.
 const (
@@ -123,7 +115,9 @@ func (o *fastObject) decode(b []byte, i int, p unsafe.Pointer, depth int, path s
 		return i, false
 	}
 	depth++
-	var spans [maxStrings]strSpan
+	// The string members' texts in b, and where their fields are.
+	var spans [maxStrings][2]int
+	var offs [maxStrings]uintptr
 	nstr := 0
 	next := 0
 	var rv reflect.Value // the struct, made for decodeField when needed
@@ -173,7 +167,7 @@ func (o *fastObject) decode(b []byte, i int, p unsafe.Pointer, depth int, path s
 					if checkText(view, m.fs, "", false) != nil || st != nil && st.ingest && m.fs.id && hasDotSegment(view) || nstr == maxStrings {
 						return i, false
 					}
-					spans[nstr] = strSpan{off: m.off, start: i + 1, end: end - 1}
+					spans[nstr], offs[nstr] = [2]int{i + 1, end - 1}, m.off
 					nstr++
 					i = end
 				} else {
@@ -210,13 +204,14 @@ func (o *fastObject) decode(b []byte, i int, p unsafe.Pointer, depth int, path s
 				i = end
 			case opPtrFloat64:
 				// The general path reads the number with encoding/json's
-				// Unmarshal, which parses it with strconv.ParseFloat.
+				// Unmarshal, which parses it with strconv.ParseFloat; a
+				// number it cannot hold (out of range) is an error there.
 				end, ok := validNumber(b, i)
 				if !ok {
 					return i, false
 				}
 				f, err := strconv.ParseFloat(string(b[i:end]), 64)
-				if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || checkNumber(f, m.fs, "") != nil {
+				if err != nil || checkNumber(f, m.fs, "") != nil {
 					return i, false
 				}
 				*(**float64)(q) = &f
@@ -239,7 +234,7 @@ func (o *fastObject) decode(b []byte, i int, p unsafe.Pointer, depth int, path s
 					return i, false
 				}
 			case opStructs:
-				end, ok := o.decodeStructs(b, i, q, m, depth, st)
+				end, ok := decodeStructs(b, i, q, m, depth, st)
 				if !ok {
 					return i, false
 				}
@@ -279,28 +274,17 @@ func (o *fastObject) decode(b []byte, i int, p unsafe.Pointer, depth int, path s
 			return i, false
 		}
 	}
-	total := 0
-	for _, sp := range spans[:nstr] {
-		total += sp.end - sp.start
-	}
-	if total > 0 {
-		buf := make([]byte, 0, total)
-		for _, sp := range spans[:nstr] {
-			buf = append(buf, b[sp.start:sp.end]...)
-		}
-		text := unsafe.String(unsafe.SliceData(buf), total)
-		for _, sp := range spans[:nstr] {
-			n := sp.end - sp.start
-			*(*string)(unsafe.Add(p, sp.off)) = text[:n]
-			text = text[n:]
-		}
+	text := joinText(b, spans[:nstr])
+	for k, sp := range spans[:nstr] {
+		n := sp[1] - sp[0]
+		*(*string)(unsafe.Add(p, offs[k])), text = text[:n], text[n:]
 	}
 	return i, true
 }
 
 // decodeStructs decodes the array of objects at b[i], member m of an
 // object inside depth arrays and objects, into the slice at q.
-func (o *fastObject) decodeStructs(b []byte, i int, q unsafe.Pointer, m *fastMember, depth int, st *decodeState) (int, bool) {
+func decodeStructs(b []byte, i int, q unsafe.Pointer, m *fastMember, depth int, st *decodeState) (int, bool) {
 	if b[i] != '[' || depth >= MaxDepth {
 		return i, false
 	}
@@ -349,7 +333,7 @@ func decodeStrings(b []byte, i int, q unsafe.Pointer, fs *fieldSpec) (int, bool)
 		return i, false
 	}
 	var spans [maxItems][2]int
-	n, total := 0, 0
+	n := 0
 	j := skipSpace(b, i+1)
 	if j >= len(b) {
 		return i, false
@@ -370,7 +354,6 @@ func decodeStrings(b []byte, i int, q unsafe.Pointer, fs *fieldSpec) (int, bool)
 			}
 			spans[n] = [2]int{j + 1, e - 1}
 			n++
-			total += len(text)
 			var more bool
 			if j, more, ok = validNext(b, e, ']'); !ok || j >= len(b) && more {
 				return i, false
@@ -382,11 +365,7 @@ func decodeStrings(b []byte, i int, q unsafe.Pointer, fs *fieldSpec) (int, bool)
 		}
 	}
 	out := make([]string, n)
-	buf := make([]byte, 0, total)
-	for _, sp := range spans[:n] {
-		buf = append(buf, b[sp[0]:sp[1]]...)
-	}
-	text := unsafe.String(unsafe.SliceData(buf), len(buf))
+	text := joinText(b, spans[:n])
 	for k, sp := range spans[:n] {
 		out[k], text = text[:sp[1]-sp[0]], text[sp[1]-sp[0]:]
 	}
@@ -394,13 +373,20 @@ func decodeStrings(b []byte, i int, q unsafe.Pointer, fs *fieldSpec) (int, bool)
 	return end, true
 }
 
-// plainInteger reports whether raw, a JSON number, is an integer written
-// with digits alone (and a leading minus), the form decodeScalar reads.
-func plainInteger(raw []byte) bool {
-	for j, c := range raw {
-		if !(c >= '0' && c <= '9' || c == '-' && j == 0) {
-			return false
-		}
+// joinText is the texts b[spans[k][0]:spans[k][1]] one after another, in
+// one allocation that the strings cut from it share, as the general path's
+// plainStrings shares one among an object's strings.
+func joinText(b []byte, spans [][2]int) string {
+	total := 0
+	for _, sp := range spans {
+		total += sp[1] - sp[0]
 	}
-	return true
+	if total == 0 {
+		return ""
+	}
+	buf := make([]byte, 0, total)
+	for _, sp := range spans {
+		buf = append(buf, b[sp[0]:sp[1]]...)
+	}
+	return unsafe.String(unsafe.SliceData(buf), total)
 }

@@ -225,10 +225,8 @@ func decodeScalar(raw []byte, fv reflect.Value) bool {
 		}
 		return ok
 	case reflect.Int, reflect.Int32, reflect.Int64:
-		for j, c := range raw {
-			if !(c >= '0' && c <= '9' || c == '-' && j == 0) {
-				return false
-			}
+		if !plainInteger(raw) {
+			return false
 		}
 		bits := 64
 		if fv.Kind() == reflect.Int32 {
@@ -263,6 +261,17 @@ func decodeScalar(raw []byte, fv reflect.Value) bool {
 		}
 	}
 	return false
+}
+
+// plainInteger reports whether raw, a JSON number, is an integer written
+// with digits alone (and a leading minus), the form decodeScalar reads.
+func plainInteger(raw []byte) bool {
+	for j, c := range raw {
+		if !(c >= '0' && c <= '9' || c == '-' && j == 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // parseInt is strconv.ParseInt(string(raw), 10, bits) of a JSON integer
