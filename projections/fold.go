@@ -428,14 +428,9 @@ func (c *applyCtx) apply(value []byte) error {
 // different bytes are a conflicting duplicate and ignored as well.
 func (c *applyCtx) dedup(value []byte) (bool, error) {
 	sum := c.digests.sum[:]
-	key := appendEventKey((*c.key)[:0], c.ev.ID)
-	*c.key = key
-	prev, ok, err := c.s.Get(key)
-	if err != nil {
+	prev, ok, err := c.recordEvent()
+	if err != nil || !ok {
 		return false, err
-	}
-	if !ok {
-		return false, c.s.Set(key, sum)
 	}
 	if bytes.Equal(prev, sum) {
 		return true, nil
@@ -445,6 +440,23 @@ func (c *applyCtx) dedup(value []byte) (bool, error) {
 		Detail: fmt.Sprintf("event %s was first applied with sha256 %s; this record has sha256 %s and is ignored",
 			c.ev.ID, hex.EncodeToString(prev), hex.EncodeToString(sum)),
 	})
+}
+
+// recordEvent returns the digest the dedup index holds for the record's
+// event id, or records the record's there: in one call of a store that
+// keeps the index itself ([EventIndex]), else a Get and a Set.
+func (c *applyCtx) recordEvent() (prev []byte, seen bool, err error) {
+	if ix, ok := c.s.(EventIndex); ok {
+		if id, ok := parseUUID(c.ev.ID); ok {
+			return ix.RecordEvent(id, &c.digests.sum)
+		}
+	}
+	key := appendEventKey((*c.key)[:0], c.ev.ID)
+	*c.key = key
+	if prev, seen, err = c.s.Get(key); err != nil || seen {
+		return prev, seen, err
+	}
+	return nil, false, c.s.Set(key, c.digests.sum[:])
 }
 
 func (c *applyCtx) runStarted(d *events.RunStarted) error {

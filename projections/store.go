@@ -20,6 +20,19 @@ type Store interface {
 	Delete(key []byte) error
 }
 
+// An EventIndex is a [Store] that keeps the dedup index's entries (one per
+// event, its SHA-256, docs/design.md §5.4) by the event's packed id. The
+// fold then looks an event up and records it in one call, where a plain
+// Store is asked a Get and a Set of a key it would parse back: a replay
+// does that once a fact. Entries recorded this way are the ones Get and
+// Set see under the event's key.
+type EventIndex interface {
+	// RecordEvent returns the digest recorded under id and true; when
+	// there is none it records sum under id and returns false. The digest
+	// returned is valid until the store's next call.
+	RecordEvent(id [16]byte, sum *[32]byte) (prev []byte, seen bool, err error)
+}
+
 // MemStore is a map-backed [Store]. It never fails, copies what it is given,
 // and lists its contents in sorted key order, so two stores that went
 // through the same Sets and Deletes are indistinguishable.
@@ -49,38 +62,48 @@ func EventKey(id string) []byte { return eventKey(id) }
 // prefix and a UUID written canonically (lowercase 8-4-4-4-12), so that it
 // prints back to the same bytes; ok is false for any other key.
 func ParseEventKey(key []byte) ([16]byte, bool) {
-	var id [16]byte
 	if len(key) != EventKeyLen || !bytes.HasPrefix(key, []byte(pfxEvent)) {
-		return id, false
+		return [16]byte{}, false
 	}
-	u := key[len(pfxEvent):]
-	if u[8] != '-' || u[13] != '-' || u[18] != '-' || u[23] != '-' {
+	return parseUUID(key[len(pfxEvent):])
+}
+
+// parseUUID packs a UUID written canonically (lowercase 8-4-4-4-12); ok is
+// false for any other text.
+func parseUUID[T string | []byte](u T) (id [16]byte, ok bool) {
+	if len(u) != 36 || u[8] != '-' || u[13] != '-' || u[18] != '-' || u[23] != '-' {
 		return id, false
 	}
 	j := 0
-	for _, part := range [][2]int{{0, 8}, {9, 13}, {14, 18}, {19, 23}, {24, 36}} {
-		for i := part[0]; i < part[1]; i += 2 {
-			hi, ok1 := lowerHex(u[i])
-			lo, ok2 := lowerHex(u[i+1])
-			if !ok1 || !ok2 {
-				return id, false
-			}
-			id[j] = hi<<4 | lo
-			j++
+	for i := 0; i < 36; i += 2 {
+		if i == 8 || i == 13 || i == 18 || i == 23 {
+			i++
 		}
+		hi, lo := hexValue[u[i]], hexValue[u[i+1]]
+		if hi|lo > 15 {
+			return id, false
+		}
+		id[j] = hi<<4 | lo
+		j++
 	}
 	return id, true
 }
 
-func lowerHex(c byte) (byte, bool) {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0', true
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10, true
+// hexValue is the value of each lowercase hexadecimal digit, 0xff for
+// every other byte.
+var hexValue = func() (t [256]byte) {
+	for c := range t {
+		switch {
+		case '0' <= c && c <= '9':
+			t[c] = byte(c - '0')
+		case 'a' <= c && c <= 'f':
+			t[c] = byte(c - 'a' + 10)
+		default:
+			t[c] = 0xff
+		}
 	}
-	return 0, false
-}
+	return t
+}()
 
 func eventKeyOf(id [16]byte) string {
 	h := hex.EncodeToString(id[:])
@@ -110,6 +133,15 @@ func (s *MemStore) Set(key, value []byte) error {
 	}
 	s.m[string(key)] = bytes.Clone(value)
 	return nil
+}
+
+// RecordEvent implements [EventIndex].
+func (s *MemStore) RecordEvent(id [16]byte, sum *[32]byte) ([]byte, bool, error) {
+	if v, ok := s.events[id]; ok {
+		return v[:], true, nil
+	}
+	s.events[id] = *sum
+	return nil, false, nil
 }
 
 // Delete removes key; deleting an absent key is not an error.

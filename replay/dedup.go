@@ -215,26 +215,35 @@ func (d *dedupIndex) find(id dedupID, h uint64) ([]byte, bool, error) {
 // set stores the digest of an id not stored yet: the fold writes an id's
 // entry once, after looking it up.
 func (d *dedupIndex) set(id dedupID, sum dedupSum) error {
-	h := dedupHash(&id)
+	_, found, err := d.record(&id, &sum)
+	if err == nil && found {
+		err = fmt.Errorf("replay: dedup index: event %x written twice", id)
+	}
+	return err
+}
+
+// record returns the digest stored under id (lent until the next lookup)
+// and true, or stores sum under id and returns false: a get and a set in
+// one hash of the id and one probe of the filter, which almost always
+// settles that the id is new.
+func (d *dedupIndex) record(id *dedupID, sum *dedupSum) ([]byte, bool, error) {
+	h := dedupHash(id)
 	if d.filter.add(h) {
-		if _, ok, err := d.find(id, h); err != nil || ok {
-			if err == nil {
-				err = fmt.Errorf("replay: dedup index: event %x written twice", id)
-			}
-			return err
+		if v, ok, err := d.find(*id, h); err != nil || ok {
+			return v, ok, err
 		}
 	}
 	if d.slots == nil {
 		d.slots = d.arena.words(1 << bits.Len(uint(2*d.limit-1)))
 		d.mem = d.entries(d.limit)[:0]
 	}
-	i, _ := d.lookup(&id, h)
-	d.mem = append(d.mem, dedupMem{id: id, sum: sum})
+	i, _ := d.lookup(id, h)
+	d.mem = append(d.mem, dedupMem{id: *id, sum: *sum})
 	d.slots[i] = h&^(1<<32-1) | uint64(len(d.mem))
 	if len(d.mem) < d.limit {
-		return nil
+		return nil, false, nil
 	}
-	return d.spill()
+	return nil, false, d.spill()
 }
 
 // compareIDs orders ids as bytes.Compare does, a word at a time.

@@ -90,6 +90,29 @@ func testDedupIndex(t *testing.T, d *dedupIndex, id func(int) dedupID) {
 	if err := d.set(id(7), sum(7)); err == nil {
 		t.Error("an id written twice is not an error")
 	}
+	// record answers a written id with its first digest and keeps it,
+	// and stores a new one, in the map or past a spill.
+	for i := range n + 150 {
+		other := sum(-1 - i)
+		v, seen, err := d.record(new(id(i)), &other)
+		switch {
+		case err != nil:
+			t.Fatal(err)
+		case i < n && (!seen || dedupSum(v) != sum(i)):
+			t.Fatalf("record of written id %d: %x, %v; want %x", i, v, seen, sum(i))
+		case i >= n && seen:
+			t.Fatalf("record of new id %d: seen, %x", i, v)
+		}
+	}
+	for i := range n + 150 {
+		want := sum(i)
+		if i >= n {
+			want = sum(-1 - i)
+		}
+		if v, ok, err := d.get(id(i)); err != nil || !ok || dedupSum(v) != want {
+			t.Fatalf("id %d after record: %x, %v, %v; want %x", i, v, ok, err, want)
+		}
+	}
 }
 
 func TestEventKeyID(t *testing.T) {

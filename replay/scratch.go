@@ -93,6 +93,11 @@ func (s *scratch) releasePayload(k []byte) error {
 	return s.payloads.release(ref)
 }
 
+// RecordEvent implements projections.EventIndex.
+func (s *scratch) RecordEvent(id [16]byte, sum *[32]byte) ([]byte, bool, error) {
+	return s.dedup.record(&id, sum)
+}
+
 // Set implements projections.Store.
 func (s *scratch) Set(k, v []byte) error {
 	if id, ok := s.keyID(k); ok {
