@@ -80,8 +80,7 @@ func decidedConfig(ctx context.Context, src Source, each func(Recorded, decision
 	var config *events.Config
 	var configSeq uint64
 	rules := 0
-	err := src.Decisions(ctx, func(r Recorded) error {
-		d, err := parseRecorded(r)
+	err := parsedDecisions(ctx, src, func(r Recorded, d decisionInfo, err error) error {
 		if err != nil {
 			return fmt.Errorf("replay: %w", err)
 		}

@@ -65,8 +65,9 @@ type Source interface {
 	// from 1. An error from fn ends the iteration and is returned as is.
 	Facts(ctx context.Context, fn func(Fact) error) error
 	// Decisions calls fn for every decision recorded about the run, in
-	// the order recorded, identical re-emissions included. An error from fn
-	// ends the iteration and is returned as is.
+	// the order recorded, identical re-emissions included. Each value is
+	// fn's to keep. An error from fn ends the iteration and is returned
+	// as is.
 	Decisions(ctx context.Context, fn func(Recorded) error) error
 	// Describe names the source for people.
 	Describe() string

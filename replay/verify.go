@@ -170,7 +170,7 @@ func Verify(ctx context.Context, src Source, o VerifyOptions) (*Report, error) {
 			}
 			return nil
 		}
-		sum := sha256.Sum256(r.Value)
+		sum := d.Sum
 		if e, ok := recorded[d.ID]; ok {
 			e.conflict = e.conflict || e.sum != sum
 			return nil
