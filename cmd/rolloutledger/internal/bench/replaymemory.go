@@ -19,6 +19,7 @@ import (
 	"github.com/rolloutledger/rolloutledger/cmd/rolloutledger/simulate"
 	"github.com/rolloutledger/rolloutledger/events"
 	"github.com/rolloutledger/rolloutledger/internal/foldstore"
+	"github.com/rolloutledger/rolloutledger/internal/gcpolicy"
 	"github.com/rolloutledger/rolloutledger/internal/procstatus"
 	"github.com/rolloutledger/rolloutledger/projections"
 	"github.com/rolloutledger/rolloutledger/replay"
@@ -56,6 +57,7 @@ func runReplayChild(ctx context.Context, out *json.Encoder) error {
 	if err != nil {
 		return err
 	}
+	defer gcpolicy.Pass()()
 	start := time.Now()
 	rep, err := replay.Verify(ctx, a, replay.VerifyOptions{ScratchDir: os.Getenv(childDir)})
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
+	"github.com/rolloutledger/rolloutledger/internal/gcpolicy"
 	"github.com/rolloutledger/rolloutledger/projections"
 	"github.com/rolloutledger/rolloutledger/replay"
 )
@@ -160,6 +161,9 @@ re-folds every fact with the rules of the run's recorded rule version.
 		if err != nil {
 			return err
 		}
+		// The fold's state is off the Go heap; the collector may let the
+		// heap grow further between collections (package gcpolicy).
+		defer gcpolicy.Pass()()
 		switch {
 		case verify:
 			onFact, done := factProgress(g.stderr, src, "verify")

@@ -1,0 +1,34 @@
+// Package gcpolicy sets the garbage collector's pacing for the commands
+// that fold a whole run in one pass (docs/design.md §14.2).
+//
+// A replay keeps its fold state off the Go heap (on disk, and in arrays
+// mapped apart from it), so its live heap is small — tens of megabytes,
+// the facts in flight and a seal's manifest — while it allocates several
+// objects a fact while decoding. At the runtime's default pacing (a heap
+// goal of twice the live heap) it collected every few thousand facts, and
+// the collector's work was a tenth of a replay's CPU. A heap goal of five
+// times the live heap costs a replay tens of megabytes and saves about a
+// twentieth of its time.
+//
+// A library does not choose this for the process it runs in: the
+// commands do, and a user's GOGC or GOMEMLIMIT wins.
+package gcpolicy
+
+import (
+	"os"
+	"runtime/debug"
+)
+
+// PassPercent is the collector's GOGC during a pass.
+const PassPercent = 400
+
+// Pass sets the collector's pacing for a pass over a run, unless the
+// environment sets GOGC or GOMEMLIMIT, and returns what restores the
+// pacing before it.
+func Pass() (restore func()) {
+	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
+		return func() {}
+	}
+	before := debug.SetGCPercent(PassPercent)
+	return func() { debug.SetGCPercent(before) }
+}
