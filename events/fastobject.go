@@ -199,7 +199,10 @@ func (o *fastObject) decode(b []byte, i int, p unsafe.Pointer, depth int, path s
 					v := int(n)
 					*(**int)(q) = &v
 				default:
-					*(**int64)(q) = &n
+					// A copy: had n's address been taken, every integer
+					// read here would be allocated on the heap.
+					v := n
+					*(**int64)(q) = &v
 				}
 				i = end
 			case opPtrFloat64:
