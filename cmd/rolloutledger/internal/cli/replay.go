@@ -161,11 +161,12 @@ re-folds every fact with the rules of the run's recorded rule version.
 		if err != nil {
 			return err
 		}
-		// The fold's state is off the Go heap; the collector may let the
-		// heap grow further between collections (package gcpolicy).
-		defer gcpolicy.Pass()()
 		switch {
 		case verify:
+			// Its fold's state is off the Go heap, so the collector may
+			// let the heap grow further between collections (package
+			// gcpolicy). The other modes keep state on the heap.
+			defer gcpolicy.Pass()()
 			onFact, done := factProgress(g.stderr, src, "verify")
 			rep, err := replay.Verify(ctx, src, replay.VerifyOptions{OnFact: onFact})
 			done()
