@@ -130,12 +130,9 @@ func memoryFigures(ctx context.Context, e *env) ([]*Figure, error) {
 	if e.o.Short {
 		configs, long, tasks = []config{{2, 1}}, config{2, 2}, 24
 	}
-	exe := e.o.Executable
-	if exe == "" {
-		var err error
-		if exe, err = os.Executable(); err != nil {
-			return nil, err
-		}
+	exe, err := e.executable()
+	if err != nil {
+		return nil, err
 	}
 	cmd := e.cmd(GroupMemory)
 	var figs []*Figure

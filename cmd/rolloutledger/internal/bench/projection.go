@@ -188,12 +188,9 @@ func sealFigures(ctx context.Context, e *env) ([]*Figure, error) {
 	if e.o.Short {
 		o = sealLoad{Tasks: 24, Steps: 4, BatchGroups: 4, Rate: rate, Tokens: true}
 	}
-	exe := e.o.Executable
-	if exe == "" {
-		var err error
-		if exe, err = os.Executable(); err != nil {
-			return nil, err
-		}
+	exe, err := e.executable()
+	if err != nil {
+		return nil, err
 	}
 	note := fmt.Sprintf("simulate (tasks %d, steps %d, batch_groups %d, inline tokens) pushed at %d facts/s over HTTP from a child process into a stack (ingest, projector, api) in the bench's process; from Kafka's ack of the batch's watermark fact to GET .../batches/next returning it to the child's trainer (long poll: includes one HTTP round trip), which then reads the samples as Arrow IPC", o.Tasks, o.Steps, o.BatchGroups, rate)
 	p50 := &Figure{Name: "seal latency p50 at 10,000 facts/s", Unit: "ms", Command: e.cmd(GroupSeal) + " ; go test -run='^$' -bench=SealLatency -benchtime=1x ./services/stack/", Note: note}

@@ -85,12 +85,9 @@ func replayMemorySizes(o Options) []int {
 }
 
 func replayMemoryFigures(ctx context.Context, e *env) ([]*Figure, error) {
-	exe := e.o.Executable
-	if exe == "" {
-		var err error
-		if exe, err = os.Executable(); err != nil {
-			return nil, err
-		}
+	exe, err := e.executable()
+	if err != nil {
+		return nil, err
 	}
 	sizes := replayMemorySizes(e.o)
 	var list []string
@@ -147,6 +144,14 @@ func replayMemoryRun(ctx context.Context, e *env, exe, dir string, n int) (child
 		return childSample{}, 0, err
 	}
 	return s, st.Size(), nil
+}
+
+// executable is the binary the figures' child processes run (Options.Executable).
+func (e *env) executable() (string, error) {
+	if e.o.Executable != "" {
+		return e.o.Executable, nil
+	}
+	return os.Executable()
 }
 
 // runChild runs this binary as the bench child that env selects and

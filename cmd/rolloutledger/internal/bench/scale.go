@@ -116,12 +116,9 @@ func scaleFigures(ctx context.Context, e *env) ([]*Figure, error) {
 // generatorFigures run `simulate`'s generator as a child process at each
 // size, once per run: peak RSS and rate at each, and their growth.
 func generatorFigures(ctx context.Context, e *env, sizes [2]int) ([]*Figure, error) {
-	exe := e.o.Executable
-	if exe == "" {
-		var err error
-		if exe, err = os.Executable(); err != nil {
-			return nil, err
-		}
+	exe, err := e.executable()
+	if err != nil {
+		return nil, err
 	}
 	var rss, rate [2]*Figure
 	for i, n := range sizes {
@@ -172,12 +169,9 @@ func generatorChildRun(ctx context.Context, exe string, n int) (generatorSample,
 // --archive`, as a user runs it): peak RSS and rate at each size, and
 // their growth.
 func exportFigures(ctx context.Context, e *env, sizes [2]int) ([]*Figure, error) {
-	exe := e.o.Executable
-	if exe == "" {
-		var err error
-		if exe, err = os.Executable(); err != nil {
-			return nil, err
-		}
+	exe, err := e.executable()
+	if err != nil {
+		return nil, err
 	}
 	dir, err := os.MkdirTemp("", "rolloutledger-bench-export-")
 	if err != nil {
