@@ -137,8 +137,8 @@ func TestEventKeyID(t *testing.T) {
 }
 
 // The scratch store sends event keys to the dedup index by their parsed
-// ids, every other key to the spill; the key it parsed last, remembered,
-// never answers for another key, even one written into the same buffer.
+// ids, every other key to the spill; a key answers for itself, even one
+// written into the buffer of another.
 func TestScratchRoutesKeys(t *testing.T) {
 	s, err := openScratch(t.TempDir(), nil)
 	if err != nil {

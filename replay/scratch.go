@@ -47,29 +47,11 @@ type scratch struct {
 	*foldstore.Spill
 	dedup    *dedupIndex
 	payloads *payloadLog
-	// The event key parsed last and its id: the fold sets a new id's
-	// entry right after looking it up, with the same key.
-	lastKey [projections.EventKeyLen]byte
-	lastID  dedupID
-	parsed  bool
-}
-
-// keyID is projections.ParseEventKey, the key parsed last remembered.
-func (s *scratch) keyID(k []byte) (dedupID, bool) {
-	if s.parsed && len(k) == projections.EventKeyLen && string(k) == string(s.lastKey[:]) {
-		return s.lastID, true
-	}
-	id, ok := projections.ParseEventKey(k)
-	if ok {
-		copy(s.lastKey[:], k)
-		s.lastID, s.parsed = id, true
-	}
-	return id, ok
 }
 
 // Get implements projections.Store.
 func (s *scratch) Get(k []byte) ([]byte, bool, error) {
-	if id, ok := s.keyID(k); ok {
+	if id, ok := projections.ParseEventKey(k); ok {
 		return s.dedup.get(id)
 	}
 	if projections.IsPayloadKey(k) {
@@ -100,7 +82,7 @@ func (s *scratch) RecordEvent(id [16]byte, sum *[32]byte) ([]byte, bool, error) 
 
 // Set implements projections.Store.
 func (s *scratch) Set(k, v []byte) error {
-	if id, ok := s.keyID(k); ok {
+	if id, ok := projections.ParseEventKey(k); ok {
 		if len(v) != len(dedupSum{}) {
 			return fmt.Errorf("replay: dedup index: a %d-byte value for %q, want a SHA-256", len(v), k)
 		}
@@ -121,7 +103,7 @@ func (s *scratch) Set(k, v []byte) error {
 
 // Delete implements projections.Store.
 func (s *scratch) Delete(k []byte) error {
-	if _, ok := s.keyID(k); ok {
+	if _, ok := projections.ParseEventKey(k); ok {
 		return fmt.Errorf("replay: dedup index: entries are never deleted (%q)", k)
 	}
 	if projections.IsPayloadKey(k) {
