@@ -139,8 +139,7 @@ func (d *Divergence) String() string {
 // recordedEntry is what Verify keeps of a recorded decision: a digest, not
 // the value, so a long run's manifests need not sit in memory.
 type recordedEntry struct {
-	info     decisionInfo
-	sum      [sha256.Size]byte
+	info     decisionInfo // its Sum is the recorded value's digest
 	conflict bool
 	matched  bool
 }
@@ -170,12 +169,11 @@ func Verify(ctx context.Context, src Source, o VerifyOptions) (*Report, error) {
 			}
 			return nil
 		}
-		sum := d.Sum
 		if e, ok := recorded[d.ID]; ok {
-			e.conflict = e.conflict || e.sum != sum
+			e.conflict = e.conflict || e.info.Sum != d.Sum
 			return nil
 		}
-		recorded[d.ID] = &recordedEntry{info: d, sum: sum}
+		recorded[d.ID] = &recordedEntry{info: d}
 		order = append(order, d.ID)
 		if d.Head != nil {
 			heads = append(heads, RecordedHead{Kind: string(d.Type), Seq: d.Seq, TreeHead: *d.Head})
@@ -236,7 +234,7 @@ func Verify(ctx context.Context, src Source, o VerifyOptions) (*Report, error) {
 			switch {
 			case e == nil:
 				divs = append(divs, &Divergence{Kind: d.Kind, Seq: d.Seq, ID: d.ID, Problem: DivergenceNotRecorded, Fact: factOf(f)})
-			case e.sum != sha256.Sum256(d.Value):
+			case e.info.Sum != sha256.Sum256(d.Value):
 				e.matched = true
 				div := &Divergence{Kind: d.Kind, Seq: d.Seq, ID: d.ID, Problem: DivergenceDiffers, Fact: factOf(f)}
 				if firstDiffers == nil {
